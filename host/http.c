@@ -1,0 +1,348 @@
+/*
+ * http.c — the public listener: libmicrohttpd with its epoll thread pool.
+ *
+ * The socket threads only parse, bound and collect requests: they match the
+ * route (to learn its body limit before reading a byte of body), read the
+ * body up to that limit, then suspend the connection and hand the request to
+ * a Lua worker. The worker fills in the response and resumes the connection.
+ * Errors decided here (404, 405, 413, 431) still go through a worker, so
+ * they carry the same headers as every other answer.
+ */
+#include "sgw.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* How much of an over-long chunked body is drained before giving up. */
+#define DISCARD_LIMIT ((size_t)16 << 20)
+
+static struct MHD_Daemon *daemon_handle;
+static atomic_int         inflight;
+static size_t             max_header_bytes;
+static int                log_requests;
+
+int http_inflight(void) { return atomic_load(&inflight); }
+
+int http_parse_listen(const char *s, struct sockaddr_storage *out, unsigned int *len) {
+    memset(out, 0, sizeof *out);
+    char host[256];
+    const char *colon = strrchr(s, ':');
+    if (!colon) return -1;
+    size_t hl = (size_t)(colon - s);
+    if (hl >= sizeof host) return -1;
+    memcpy(host, s, hl);
+    host[hl] = 0;
+    char *end;
+    long port = strtol(colon + 1, &end, 10);
+    if (*end || port < 0 || port > 65535) return -1;
+    if (host[0] == '[' && hl > 2 && host[hl - 1] == ']') {
+        host[hl - 1] = 0;
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)out;
+        a->sin6_family = AF_INET6;
+        a->sin6_port = htons((uint16_t)port);
+        if (inet_pton(AF_INET6, host + 1, &a->sin6_addr) != 1) return -1;
+        *len = sizeof *a;
+        return 0;
+    }
+    struct sockaddr_in *a = (struct sockaddr_in *)out;
+    a->sin_family = AF_INET;
+    a->sin_port = htons((uint16_t)port);
+    if (!host[0] || strcmp(host, "*") == 0) a->sin_addr.s_addr = htonl(INADDR_ANY);
+    else if (strcmp(host, "localhost") == 0) a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    else if (inet_pton(AF_INET, host, &a->sin_addr) != 1) return -1;
+    *len = sizeof *a;
+    return 0;
+}
+
+static void kv_free(sgw_kv *kv, int n) {
+    for (int i = 0; i < n; i++) {
+        free(kv[i].name);
+        free(kv[i].value);
+    }
+    free(kv);
+}
+
+static void request_free(sgw_request *req) {
+    free(req->method);
+    free(req->path);
+    kv_free(req->headers, req->nheaders);
+    kv_free(req->query, req->nquery);
+    kv_free(req->resp_headers, req->nresp_headers);
+    free(req->body);
+    free(req->resp_body);
+    free(req->client_id);
+    match_free(&req->match);
+    free(req->route_pattern);
+    if (req->response) MHD_destroy_response(req->response);
+    free(req);
+}
+
+typedef struct collect_ctx {
+    sgw_kv *v;
+    int     n;
+    size_t  bytes;
+    int     lower;
+    int     failed;
+} collect_ctx;
+
+/* Collects headers (lower-cased; repeated names joined with ", " as HTTP
+ * allows) or query arguments (kept apart). */
+static enum MHD_Result collect_value(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    collect_ctx *c = cls;
+    if (!value) value = "";
+    c->bytes += strlen(key) + strlen(value) + 4;
+    if (c->lower) {
+        for (int i = 0; i < c->n; i++) {
+            if (strcasecmp(c->v[i].name, key) == 0) {
+                size_t ol = strlen(c->v[i].value), vl = strlen(value);
+                char *nv = realloc(c->v[i].value, ol + vl + 3);
+                if (!nv) { c->failed = 1; return MHD_NO; }
+                memcpy(nv + ol, ", ", 2);
+                memcpy(nv + ol + 2, value, vl + 1);
+                c->v[i].value = nv;
+                return MHD_YES;
+            }
+        }
+    }
+    if (c->n >= 512) { c->failed = 1; return MHD_NO; }
+    sgw_kv *nv = realloc(c->v, (size_t)(c->n + 1) * sizeof *nv);
+    if (!nv) { c->failed = 1; return MHD_NO; }
+    c->v = nv;
+    char *k = strdup(key), *v = strdup(value);
+    if (!k || !v) {
+        free(k);
+        free(v);
+        c->failed = 1;
+        return MHD_NO;
+    }
+    if (c->lower)
+        for (char *p = k; *p; p++) *p = (char)tolower((unsigned char)*p);
+    c->v[c->n].name = k;
+    c->v[c->n].value = v;
+    c->n++;
+    return MHD_YES;
+}
+
+static void dispatch_now(struct MHD_Connection *conn, sgw_request *req) {
+    if (!req->early_status || req->early_status == 404 || req->early_status == 405) {
+        collect_ctx q = { 0 };
+        MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, collect_value, &q);
+        req->query = q.v;
+        req->nquery = q.n;
+    }
+    atomic_fetch_add(&inflight, 1);
+    MHD_suspend_connection(conn);
+    workers_enqueue(req);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                  const char *version, const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls) {
+    (void)cls;
+    (void)version;
+    sgw_request *req = *con_cls;
+    if (!req) {
+        req = calloc(1, sizeof *req);
+        if (!req) return MHD_NO;
+        *con_cls = req;
+        req->conn = conn;
+        req->start_ms = clock_mono_ms();
+        memcpy(req->id, "req_", 4);
+        crypto_random_base62(req->id + 4, 24);
+        req->method = strdup(method);
+        req->path = strdup(url);
+        req->match.route = -1;
+        if (!req->method || !req->path) return MHD_NO;
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        if (ci && ci->client_addr) {
+            const struct sockaddr *sa = ci->client_addr;
+            if (sa->sa_family == AF_INET)
+                inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, req->remote_addr, sizeof req->remote_addr);
+            else if (sa->sa_family == AF_INET6)
+                inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, req->remote_addr, sizeof req->remote_addr);
+        }
+        collect_ctx h = { .lower = 1 };
+        MHD_get_connection_values(conn, MHD_HEADER_KIND, collect_value, &h);
+        req->headers = h.v;
+        req->nheaders = h.n;
+
+        req->max_body = (size_t)config_int("http.max_body_bytes");
+        sgw_gen *g = luart_current_cached();
+        if (g) {
+            routes_match(&g->routes, method, url, &req->match);
+            req->gen_id = g->id;
+            if (req->match.route >= 0) {
+                req->max_body = g->routes.v[req->match.route].max_body;
+                req->route_pattern = strdup(g->routes.v[req->match.route].pattern);
+            }
+        }
+        if (h.failed || h.bytes + strlen(url) > max_header_bytes) {
+            req->early_status = 431;
+        } else if (req->match.status) {
+            req->early_status = req->match.status;
+        }
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (!req->early_status && cl && strtoull(cl, NULL, 10) > req->max_body) req->early_status = 413;
+        /* Refuse before reading a body that is too large or unwanted. */
+        if (req->early_status == 413 || req->early_status == 431) dispatch_now(conn, req);
+        return MHD_YES;
+    }
+    if (req->response) {
+        enum MHD_Result r = MHD_queue_response(conn, (unsigned int)req->status, req->response);
+        MHD_destroy_response(req->response);
+        req->response = NULL;
+        return r;
+    }
+    if (*upload_data_size) {
+        size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        if (req->body_too_large) {
+            /* A body without Content-Length that passed its limit: read and
+             * drop the rest so the 413 can be sent, but not forever. */
+            req->body_len += n;
+            return req->body_len > req->max_body + DISCARD_LIMIT ? MHD_NO : MHD_YES;
+        }
+        if (req->body_len + n > req->max_body) {
+            req->body_too_large = 1;
+            req->early_status = 413;
+            free(req->body);
+            req->body = NULL;
+            req->body_cap = 0;
+            req->body_len += n;
+            return MHD_YES;
+        }
+        if (req->body_len + n > req->body_cap) {
+            size_t cap = req->body_cap ? req->body_cap * 2 : 1024;
+            while (cap < req->body_len + n) cap *= 2;
+            if (cap > req->max_body) cap = req->max_body;
+            char *nb = realloc(req->body, cap);
+            if (!nb) return MHD_NO;
+            req->body = nb;
+            req->body_cap = cap;
+        }
+        memcpy(req->body + req->body_len, upload_data, n);
+        req->body_len += n;
+        return MHD_YES;
+    }
+    if (req->body_too_large) req->body_len = 0;
+    dispatch_now(conn, req);
+    return MHD_YES;
+}
+
+void http_complete(sgw_request *req) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(req->resp_len, req->resp_body, MHD_RESPMEM_MUST_FREE);
+    if (r) {
+        req->resp_body = NULL;
+        for (int i = 0; i < req->nresp_headers; i++)
+            MHD_add_response_header(r, req->resp_headers[i].name, req->resp_headers[i].value);
+        MHD_add_response_header(r, "X-Request-Id", req->id);
+        if (req->early_status == 413 || req->early_status == 431)
+            MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    }
+    req->response = r;
+    MHD_resume_connection(req->conn);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    (void)cls;
+    (void)conn;
+    (void)toe;
+    sgw_request *req = *con_cls;
+    if (!req) return;
+    *con_cls = NULL;
+    double secs = (double)(clock_mono_ms() - req->start_ms) / 1000.0;
+    const char *route = req->route_pattern ? req->route_pattern : "unmatched";
+    if (req->status) {
+        metrics_request(route, req->method, req->status, secs);
+        if (log_requests) {
+            char line[2048];
+            size_t n = log_begin(line, sizeof line);
+            n += (size_t)snprintf(line + n, sizeof line - n, ",\"level\":\"info\",\"event\":\"request\",\"requestId\":\"%s\",\"method\":", req->id);
+            n = json_escape(line, n, sizeof line, req->method, strlen(req->method));
+            n += (size_t)snprintf(line + n, n < sizeof line ? sizeof line - n : 0, ",\"route\":");
+            if (n < sizeof line) n = json_escape(line, n, sizeof line, route, strlen(route));
+            if (n < sizeof line)
+                n += (size_t)snprintf(line + n, sizeof line - n, ",\"status\":%d,\"durationMs\":%.1f,\"client\":", req->status, secs * 1000.0);
+            if (n < sizeof line) {
+                if (req->client_id) n = json_escape(line, n, sizeof line, req->client_id, strlen(req->client_id));
+                else n += (size_t)snprintf(line + n, sizeof line - n, "null");
+            }
+            if (n < sizeof line - 1) {
+                line[n++] = '}';
+                log_line(line, n);
+            }
+        }
+        atomic_fetch_sub(&inflight, 1);
+    }
+    request_free(req);
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    char msg[1024];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r')) msg[--n] = 0;
+    log_msg(LOG_WARN, "http", "%s", msg);
+}
+
+int http_start(void) {
+    struct sockaddr_storage addr;
+    socklen_t alen;
+    const char *listen = config_str("http.listen");
+    if (http_parse_listen(listen, &addr, &alen)) {
+        log_msg(LOG_ERROR, "config", "http.listen '%s' is not host:port", listen);
+        return -1;
+    }
+    max_header_bytes = (size_t)config_int("http.max_header_bytes");
+    log_requests = config_bool("log.requests");
+    unsigned int threads = (unsigned int)config_int("http.threads");
+    if (threads == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = n > 0 ? (unsigned int)n : 2;
+    }
+    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC |
+                         MHD_USE_ERROR_LOG | MHD_USE_TURBO;
+    if (addr.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
+    /* Headers beyond max_header_bytes are refused by us with a problem
+     * document; MHD's own limit (its per-connection pool, which it clears
+     * for every request, so it must stay small) only catches the absurd. */
+    size_t memlimit = max_header_bytes + 16384;
+    daemon_handle = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, NULL,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+        MHD_OPTION_THREAD_POOL_SIZE, threads,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned int)config_int("http.max_connections"),
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)config_int("http.max_connections_per_ip"),
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)config_int("http.connection_timeout_seconds"),
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, memlimit,
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+        MHD_OPTION_END);
+    if (!daemon_handle) {
+        log_msg(LOG_ERROR, "http_start", "cannot listen on %s (in use, or not an address of this machine?)", listen);
+        return -1;
+    }
+    return 0;
+}
+
+void http_quiesce(void) {
+    if (daemon_handle) {
+        MHD_socket s = MHD_quiesce_daemon(daemon_handle);
+        if (s != MHD_INVALID_SOCKET) close(s);
+    }
+}
+
+void http_stop(void) {
+    if (daemon_handle) MHD_stop_daemon(daemon_handle);
+    daemon_handle = NULL;
+}

@@ -1,0 +1,165 @@
+/*
+ * log.c — structured logging: one JSON object per line on stderr.
+ *
+ * Lines are assembled in a local buffer and written with one write(2), so
+ * lines from different threads never interleave. Nothing here knows which
+ * values are secret: callers never pass keys, tokens or passwords.
+ */
+#include "sgw.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static atomic_int min_level = LOG_INFO;
+
+static const char *level_names[] = { "debug", "info", "warn", "error" };
+
+void log_set_level(sgw_log_level level) { atomic_store(&min_level, (int)level); }
+
+size_t json_escape(char *buf, size_t len, size_t cap, const char *s, size_t slen) {
+    static const char hex[] = "0123456789abcdef";
+    if (len + 2 > cap) return cap;
+    buf[len++] = '"';
+    for (size_t i = 0; i < slen; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (len + 7 > cap) return cap;
+        if (c == '"' || c == '\\') {
+            buf[len++] = '\\';
+            buf[len++] = (char)c;
+        } else if (c == '\n') {
+            buf[len++] = '\\'; buf[len++] = 'n';
+        } else if (c == '\t') {
+            buf[len++] = '\\'; buf[len++] = 't';
+        } else if (c < 0x20 || c == 0x7f) {
+            memcpy(buf + len, "\\u00", 4);
+            len += 4;
+            buf[len++] = hex[c >> 4];
+            buf[len++] = hex[c & 15];
+        } else {
+            buf[len++] = (char)c;
+        }
+    }
+    if (len + 1 > cap) return cap;
+    buf[len++] = '"';
+    return len;
+}
+
+size_t log_begin(char *buf, size_t cap) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    return (size_t)snprintf(buf, cap, "{\"time\":\"%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ\"",
+                            tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+                            tm.tm_sec, ts.tv_nsec / 1000000);
+}
+
+void log_line(const char *json, size_t len) {
+    char stackbuf[8192];
+    if (len + 1 <= sizeof stackbuf) {
+        memcpy(stackbuf, json, len);
+        stackbuf[len] = '\n';
+        ssize_t w = write(STDERR_FILENO, stackbuf, len + 1);
+        (void)w;
+    } else {
+        ssize_t w = write(STDERR_FILENO, json, len);
+        w = write(STDERR_FILENO, "\n", 1);
+        (void)w;
+    }
+}
+
+void log_msg(sgw_log_level level, const char *event, const char *fmt, ...) {
+    if ((int)level < atomic_load(&min_level)) return;
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (n < 0) msg[0] = 0;
+    char buf[6144];
+    size_t len = log_begin(buf, sizeof buf);
+    len += (size_t)snprintf(buf + len, sizeof buf - len, ",\"level\":\"%s\",\"event\":", level_names[level]);
+    len = json_escape(buf, len, sizeof buf, event, strlen(event));
+    if (len + 12 < sizeof buf) {
+        memcpy(buf + len, ",\"message\":", 11);
+        len += 11;
+        len = json_escape(buf, len, sizeof buf - 1, msg, strlen(msg));
+    }
+    if (len < sizeof buf) buf[len++] = '}';
+    log_line(buf, len);
+}
+
+/* log.info(event, fields): fields are flattened one level; nested tables are
+ * encoded by cjson when available so that a log line stays one JSON object. */
+static int l_log(lua_State *L, sgw_log_level level) {
+    if ((int)level < atomic_load(&min_level)) return 0;
+    const char *event = luaL_checkstring(L, 1);
+    luaL_Buffer b;
+    char head[160];
+    size_t hl = log_begin(head, sizeof head);
+    luaL_buffinit(L, &b);
+    luaL_addlstring(&b, head, hl);
+    luaL_addstring(&b, ",\"level\":\"");
+    luaL_addstring(&b, level_names[level]);
+    luaL_addstring(&b, "\"");
+    char esc[4096];
+    size_t el;
+    el = json_escape(esc, 0, sizeof esc, event, strlen(event));
+    luaL_addstring(&b, ",\"event\":");
+    luaL_addlstring(&b, esc, el);
+    if (lua_istable(L, 2)) {
+        lua_pushnil(L);
+        while (lua_next(L, 2)) {
+            if (lua_type(L, -2) == LUA_TSTRING) {
+                size_t kl;
+                const char *k = lua_tolstring(L, -2, &kl);
+                if (strcmp(k, "time") && strcmp(k, "level") && strcmp(k, "event")) {
+                    el = json_escape(esc, 0, sizeof esc, k, kl);
+                    luaL_addchar(&b, ',');
+                    luaL_addlstring(&b, esc, el);
+                    luaL_addchar(&b, ':');
+                    int t = lua_type(L, -1);
+                    if (t == LUA_TNUMBER) {
+                        char num[64];
+                        if (lua_isinteger(L, -1))
+                            snprintf(num, sizeof num, "%lld", (long long)lua_tointeger(L, -1));
+                        else
+                            snprintf(num, sizeof num, "%.17g", lua_tonumber(L, -1));
+                        luaL_addstring(&b, num);
+                    } else if (t == LUA_TBOOLEAN) {
+                        luaL_addstring(&b, lua_toboolean(L, -1) ? "true" : "false");
+                    } else {
+                        size_t vl;
+                        const char *v = luaL_tolstring(L, -1, &vl);
+                        el = json_escape(esc, 0, sizeof esc, v, vl);
+                        lua_pop(L, 1);
+                        luaL_addlstring(&b, esc, el);
+                    }
+                }
+            }
+            lua_pop(L, 1);
+        }
+    }
+    luaL_addchar(&b, '}');
+    luaL_pushresult(&b);
+    size_t len;
+    const char *line = lua_tolstring(L, -1, &len);
+    log_line(line, len);
+    return 0;
+}
+
+static int l_debug(lua_State *L) { return l_log(L, LOG_DEBUG); }
+static int l_info(lua_State *L) { return l_log(L, LOG_INFO); }
+static int l_warn(lua_State *L) { return l_log(L, LOG_WARN); }
+static int l_error(lua_State *L) { return l_log(L, LOG_ERROR); }
+
+void lapi_log_open(lua_State *L) {
+    static const luaL_Reg fns[] = {
+        { "debug", l_debug }, { "info", l_info }, { "warn", l_warn }, { "error", l_error }, { NULL, NULL }
+    };
+    luaL_newlib(L, fns);
+    lua_setglobal(L, "log");
+}

@@ -1,0 +1,645 @@
+/*
+ * luart.c — the Lua runtime: generations of handlers/ and lib/, sandboxed
+ * module loading, memory ceilings and instruction/time budgets.
+ *
+ * A generation is a snapshot of every .lua file under handlers/ and lib/,
+ * read once and checked by building a complete Lua state from it (every
+ * module required, the routes table parsed). Only a generation that loads
+ * whole replaces the current one, so a broken edit never reaches a worker.
+ * Workers switch at request or job boundaries (luart_refresh); what runs
+ * keeps its state until it ends, which is how in-flight requests finish on
+ * the code they began with.
+ */
+#include "sgw.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define MAX_FILES      4096
+#define MAX_FILE_BYTES (4u << 20)
+#define HOOK_EVERY     10000
+
+static pthread_mutex_t gen_lock = PTHREAD_MUTEX_INITIALIZER;
+static sgw_gen        *current;
+static atomic_ullong   current_id;      /* current->id, readable without the lock */
+static uint64_t        next_gen_id = 1;
+static pthread_key_t   cached_key;
+static pthread_once_t  cached_once = PTHREAD_ONCE_INIT;
+static char            last_error[1024];
+static atomic_ullong   reload_failures;
+static char           *runtime_root;
+
+/* ------------------------------------------------------------ memory */
+
+typedef struct mem_account {
+    size_t used, limit;
+} mem_account;
+
+/* Refuses growth past the state's ceiling; Lua turns NULL into a memory
+ * error that the protected call catches. */
+static void *counting_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
+    mem_account *m = ud;
+    size_t old = ptr ? osize : 0;
+    if (nsize == 0) {
+        free(ptr);
+        m->used -= old;
+        return NULL;
+    }
+    if (nsize > old && m->used - old + nsize > m->limit) return NULL;
+    void *p = realloc(ptr, nsize);
+    if (p) m->used = m->used - old + nsize;
+    return p;
+}
+
+/* ------------------------------------------------------------ budgets */
+
+/* The deadline of the running call lives in the thread's extra space, so
+ * coroutines (jobs) each carry their own. */
+static uint64_t *deadline_of(lua_State *L) { return (uint64_t *)lua_getextraspace(L); }
+
+static void budget_hook(lua_State *L, lua_Debug *ar) {
+    (void)ar;
+    uint64_t d = *deadline_of(L);
+    if (d && clock_mono_ms() > d) {
+        /* Keep raising on every count so that a handler's own pcall cannot
+         * swallow the error and go on looping. */
+        luaL_error(L, "handler exceeded its time budget (lua.handler_budget_ms)");
+    }
+}
+
+void luart_arm_budget(lua_State *co, double budget_ms) {
+    *deadline_of(co) = budget_ms > 0 ? clock_mono_ms() + (uint64_t)budget_ms : 0;
+    lua_sethook(co, budget_hook, LUA_MASKCOUNT, HOOK_EVERY);
+}
+
+static int traceback_handler(lua_State *L) {
+    const char *msg = lua_tostring(L, 1);
+    if (!msg) {
+        if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) return 1;
+        msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+    }
+    luaL_traceback(L, L, msg, 1);
+    return 1;
+}
+
+int luart_call(lua_State *L, int nargs, int nresults, double budget_ms) {
+    int base = lua_gettop(L) - nargs;
+    lua_pushcfunction(L, traceback_handler);
+    lua_insert(L, base);
+    luart_arm_budget(L, budget_ms);
+    int rc = lua_pcall(L, nargs, nresults, base);
+    *deadline_of(L) = 0;
+    lua_remove(L, base);
+    return rc;
+}
+
+int luart_resume(lua_State *co, lua_State *from, int nargs, int *nres) {
+    int rc = lua_resume(co, from, nargs, nres);
+    if (rc != LUA_OK && rc != LUA_YIELD) {
+        const char *msg = lua_tostring(co, -1);
+        luaL_traceback(co, co, msg ? msg : "(error object is not a string)", 0);
+        *nres = 1;
+    }
+    return rc;
+}
+
+/* ------------------------------------------------------------ sources */
+
+static int src_cmp(const void *a, const void *b) {
+    return strcmp(((const struct src_file *)a)->name, ((const struct src_file *)b)->name);
+}
+
+static const struct src_file *find_src(const sgw_gen *g, const char *name) {
+    struct src_file key = { .name = (char *)name };
+    return bsearch(&key, g->files, (size_t)g->nfiles, sizeof key, src_cmp);
+}
+
+static int read_file(const char *path, char **out, size_t *len, char *err, size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) || st.st_size > (off_t)MAX_FILE_BYTES) {
+        snprintf(err, errlen, "%s is larger than %u bytes", path, MAX_FILE_BYTES);
+        fclose(f);
+        return -1;
+    }
+    char *buf = malloc((size_t)st.st_size + 1);
+    if (!buf) {
+        fclose(f);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    size_t n = fread(buf, 1, (size_t)st.st_size, f);
+    fclose(f);
+    buf[n] = 0;
+    *out = buf;
+    *len = n;
+    return 0;
+}
+
+/* Lua modules, and the assets handlers serve or render (documents,
+ * templates, styles) so that they reload with the code that uses them. */
+static int has_suffix(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n > m && strcmp(s + n - m, suffix) == 0;
+}
+
+static int is_source_name(const char *name) {
+    static const char *ok[] = { ".lua", ".json", ".html", ".css", ".js", ".svg", ".txt", NULL };
+    for (int i = 0; ok[i]; i++)
+        if (has_suffix(name, ok[i])) return 1;
+    return 0;
+}
+
+/* Collects every source file below root/rel, names relative to root. */
+static int collect(sgw_gen *g, const char *rel, int *cap, char *err, size_t errlen) {
+    char dirpath[4096];
+    snprintf(dirpath, sizeof dirpath, "%s/%s", g->root, rel);
+    DIR *d = opendir(dirpath);
+    if (!d) {
+        snprintf(err, errlen, "cannot open %s: %s", dirpath, strerror(errno));
+        return -1;
+    }
+    struct dirent *de;
+    int rc = 0;
+    while (rc == 0 && (de = readdir(d))) {
+        if (de->d_name[0] == '.') continue;
+        char relname[1024], full[4096];
+        snprintf(relname, sizeof relname, "%s/%s", rel, de->d_name);
+        snprintf(full, sizeof full, "%s/%s", g->root, relname);
+        struct stat st;
+        if (stat(full, &st)) continue;
+        if (S_ISDIR(st.st_mode)) {
+            rc = collect(g, relname, cap, err, errlen);
+            continue;
+        }
+        if (!is_source_name(de->d_name)) continue;
+        if (g->nfiles >= MAX_FILES) {
+            snprintf(err, errlen, "more than %d Lua files", MAX_FILES);
+            rc = -1;
+            break;
+        }
+        if (g->nfiles == *cap) {
+            int ncap = *cap ? *cap * 2 : 64;
+            struct src_file *nf = realloc(g->files, (size_t)ncap * sizeof *nf);
+            if (!nf) { snprintf(err, errlen, "out of memory"); rc = -1; break; }
+            g->files = nf;
+            *cap = ncap;
+        }
+        struct src_file *sf = &g->files[g->nfiles];
+        sf->name = strdup(relname);
+        if (!sf->name) { snprintf(err, errlen, "out of memory"); rc = -1; break; }
+        if (read_file(full, &sf->code, &sf->len, err, errlen)) {
+            free(sf->name);
+            rc = -1;
+            break;
+        }
+        g->nfiles++;
+    }
+    closedir(d);
+    return rc;
+}
+
+static void gen_free(sgw_gen *g) {
+    if (!g) return;
+    for (int i = 0; i < g->nfiles; i++) {
+        free(g->files[i].name);
+        free(g->files[i].code);
+    }
+    free(g->files);
+    routes_free(&g->routes);
+    free(g->root);
+    free(g);
+}
+
+void luart_release(sgw_gen *g) {
+    if (g && atomic_fetch_sub(&g->refs, 1) == 1) gen_free(g);
+}
+
+sgw_gen *luart_current(void) {
+    pthread_mutex_lock(&gen_lock);
+    sgw_gen *g = current;
+    if (g) atomic_fetch_add(&g->refs, 1);
+    pthread_mutex_unlock(&gen_lock);
+    return g;
+}
+
+uint64_t luart_generation_id(void) { return atomic_load(&current_id); }
+
+static void release_cached(void *g) { luart_release(g); }
+static void make_cached_key(void) { pthread_key_create(&cached_key, release_cached); }
+
+/* The hot path asks for the generation on every request: each thread keeps
+ * a reference and only takes the lock when the generation changed. */
+sgw_gen *luart_current_cached(void) {
+    pthread_once(&cached_once, make_cached_key);
+    sgw_gen *g = pthread_getspecific(cached_key);
+    if (g && g->id == atomic_load(&current_id)) return g;
+    sgw_gen *fresh = luart_current();
+    pthread_setspecific(cached_key, fresh);
+    luart_release(g);
+    return fresh;
+}
+
+uint64_t luart_reload_failures(void) { return atomic_load(&reload_failures); }
+
+const char *luart_last_error(void) { return last_error; }
+
+void luart_last_error_copy(char *buf, size_t n) {
+    pthread_mutex_lock(&gen_lock);
+    snprintf(buf, n, "%s", last_error);
+    pthread_mutex_unlock(&gen_lock);
+}
+
+/* ------------------------------------------------------------ modules */
+
+#define LOADED_KEY "sgw.loaded"
+#define GEN_KEY    "sgw.gen"
+
+/* Maps a module name to its file: "handlers.api.x" -> handlers/api/x.lua,
+ * "a.b" -> lib/a/b.lua or lib/a/b/init.lua. */
+static const struct src_file *module_file(const sgw_gen *g, const char *name) {
+    char path[512];
+    const char *prefix = strncmp(name, "handlers.", 9) == 0 ? "" : "lib/";
+    size_t n = (size_t)snprintf(path, sizeof path, "%s%s", prefix, name);
+    if (n >= sizeof path - 10) return NULL;
+    for (char *p = path + strlen(prefix); *p; p++)
+        if (*p == '.') *p = '/';
+    size_t base = strlen(path);
+    memcpy(path + base, ".lua", 5);
+    const struct src_file *f = find_src(g, path);
+    if (f) return f;
+    memcpy(path + base, "/init.lua", 10);
+    return find_src(g, path);
+}
+
+static int l_require(lua_State *L) {
+    const char *name = luaL_checkstring(L, 1);
+    lua_getfield(L, LUA_REGISTRYINDEX, LOADED_KEY);
+    int loaded = lua_gettop(L);
+    lua_getfield(L, loaded, name);
+    if (!lua_isnil(L, -1)) {
+        if (lua_islightuserdata(L, -1)) return luaL_error(L, "module '%s' requires itself while loading", name);
+        return 1;
+    }
+    lua_pop(L, 1);
+
+    /* C modules the host allows (lua-cjson) come through the real loader. */
+    if (strcmp(name, "cjson") == 0 || strcmp(name, "cjson.safe") == 0) {
+        lua_getfield(L, LUA_REGISTRYINDEX, "sgw.c_require");
+        lua_pushstring(L, name);
+        lua_call(L, 1, 1);
+        lua_pushvalue(L, -1);
+        lua_setfield(L, loaded, name);
+        return 1;
+    }
+
+    lua_getfield(L, LUA_REGISTRYINDEX, GEN_KEY);
+    const sgw_gen *g = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    const struct src_file *f = g ? module_file(g, name) : NULL;
+    if (!f) return luaL_error(L, "module '%s' not found in handlers/ or lib/", name);
+
+    char chunkname[600];
+    snprintf(chunkname, sizeof chunkname, "@%s", f->name);
+    if (luaL_loadbufferx(L, f->code, f->len, chunkname, "t") != LUA_OK) return lua_error(L);
+
+    /* The module's own environment: its globals stay its own; reads fall
+     * through to the shared allow-listed globals. */
+    lua_newtable(L);
+    lua_newtable(L);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
+    lua_setfield(L, -2, "__index");
+    lua_setmetatable(L, -2);
+    if (!lua_setupvalue(L, -2, 1)) lua_pop(L, 1);
+
+    lua_pushlightuserdata(L, (void *)f); /* loading sentinel */
+    lua_setfield(L, loaded, name);
+    lua_pushstring(L, name);
+    lua_call(L, 1, 1);
+    if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        lua_pushboolean(L, 1);
+    }
+    lua_pushvalue(L, -1);
+    lua_setfield(L, loaded, name);
+    return 1;
+}
+
+/* traceback(msg): the stack at the point of an error, for logs. */
+static int l_traceback(lua_State *L) {
+    const char *msg = lua_tostring(L, 1);
+    luaL_traceback(L, L, msg ? msg : "", 1);
+    return 1;
+}
+
+/* asset("lib/openapi.json") returns a file of the generation, or nil. */
+static int l_asset(lua_State *L) {
+    const char *name = luaL_checkstring(L, 1);
+    lua_getfield(L, LUA_REGISTRYINDEX, GEN_KEY);
+    const sgw_gen *g = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    const struct src_file *f = g ? find_src(g, name) : NULL;
+    if (!f) return 0;
+    lua_pushlstring(L, f->code, f->len);
+    return 1;
+}
+
+/* load() for text chunks only; binary chunks could bypass the sandbox. */
+static int l_load_text(lua_State *L) {
+    size_t len;
+    const char *code = luaL_checklstring(L, 1, &len);
+    const char *name = luaL_optstring(L, 2, "=(load)");
+    int env = !lua_isnone(L, 4) ? 4 : 0;
+    if (luaL_loadbufferx(L, code, len, name, "t") != LUA_OK) {
+        lua_pushnil(L);
+        lua_insert(L, -2);
+        return 2;
+    }
+    if (env) {
+        lua_pushvalue(L, env);
+        if (!lua_setupvalue(L, -2, 1)) lua_pop(L, 1);
+    }
+    return 1;
+}
+
+static int l_collectgarbage(lua_State *L) {
+    const char *opt = luaL_optstring(L, 1, "count");
+    if (strcmp(opt, "count") != 0) return luaL_error(L, "collectgarbage: only \"count\" is allowed");
+    lua_pushnumber(L, (lua_Number)lua_gc(L, LUA_GCCOUNT, 0) + (lua_Number)lua_gc(L, LUA_GCCOUNTB, 0) / 1024.0);
+    return 1;
+}
+
+int luart_require(lua_State *L, const char *name, char *err, size_t errlen) {
+    lua_pushcfunction(L, traceback_handler);
+    int h = lua_gettop(L);
+    lua_pushcfunction(L, l_require);
+    lua_pushstring(L, name);
+    int rc = lua_pcall(L, 1, 1, h);
+    if (rc != LUA_OK) {
+        snprintf(err, errlen, "%s", lua_tostring(L, -1) ? lua_tostring(L, -1) : "error");
+        lua_pop(L, 2);
+        return -1;
+    }
+    lua_remove(L, h);
+    return 0;
+}
+
+/* Builds the allow-listed global table that every module reads through. */
+static void build_sandbox(lua_State *L) {
+    static const char *base[] = { "assert", "error", "ipairs", "next", "pairs", "pcall", "xpcall",
+                                  "rawequal", "rawget", "rawlen", "rawset", "select", "setmetatable",
+                                  "getmetatable", "tonumber", "tostring", "type", "_VERSION",
+                                  "string", "table", "math", "utf8", "coroutine",
+                                  "db", "redis", "http", "crypto", "log", "clock", "config", "metrics", NULL };
+    lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
+    int real = lua_gettop(L);
+    lua_newtable(L);
+    int sb = lua_gettop(L);
+    for (int i = 0; base[i]; i++) {
+        lua_getfield(L, real, base[i]);
+        lua_setfield(L, sb, base[i]);
+    }
+    /* string.dump would hand out binary chunks. */
+    lua_getfield(L, sb, "string");
+    lua_pushnil(L);
+    lua_setfield(L, -2, "dump");
+    lua_pop(L, 1);
+    /* os: time and formatting only. */
+    lua_newtable(L);
+    lua_getfield(L, real, "os");
+    static const char *os_ok[] = { "time", "clock", "date", "difftime", NULL };
+    for (int i = 0; os_ok[i]; i++) {
+        lua_getfield(L, -1, os_ok[i]);
+        lua_setfield(L, -3, os_ok[i]);
+    }
+    lua_pop(L, 1);
+    lua_setfield(L, sb, "os");
+    lua_pushcfunction(L, l_require);
+    lua_setfield(L, sb, "require");
+    lua_pushcfunction(L, l_load_text);
+    lua_setfield(L, sb, "load");
+    lua_pushcfunction(L, l_asset);
+    lua_setfield(L, sb, "asset");
+    lua_pushcfunction(L, l_traceback);
+    lua_setfield(L, sb, "traceback");
+    lua_pushcfunction(L, l_collectgarbage);
+    lua_setfield(L, sb, "collectgarbage");
+
+    /* Keep the real package loader for C modules, then hide the rest. */
+    lua_getfield(L, real, "require");
+    lua_setfield(L, LUA_REGISTRYINDEX, "sgw.c_require");
+    lua_pushvalue(L, sb);
+    lua_rawseti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
+    lua_pop(L, 2);
+}
+
+static void open_libs(lua_State *L) {
+    static const luaL_Reg libs[] = {
+        { LUA_GNAME, luaopen_base }, { LUA_LOADLIBNAME, luaopen_package }, { LUA_COLIBNAME, luaopen_coroutine },
+        { LUA_TABLIBNAME, luaopen_table }, { LUA_OSLIBNAME, luaopen_os }, { LUA_STRLIBNAME, luaopen_string },
+        { LUA_MATHLIBNAME, luaopen_math }, { LUA_UTF8LIBNAME, luaopen_utf8 }, { NULL, NULL }
+    };
+    for (const luaL_Reg *l = libs; l->func; l++) {
+        luaL_requiref(L, l->name, l->func, 1);
+        lua_pop(L, 1);
+    }
+}
+
+/* Creates a state for generation g with the host API of worker w.
+ * Requires every module so that a generation is known to load whole. */
+static lua_State *state_new(sgw_gen *g, sgw_worker *w, int preload, char *err, size_t errlen) {
+    mem_account *m = malloc(sizeof *m);
+    if (!m) { snprintf(err, errlen, "out of memory"); return NULL; }
+    m->used = 0;
+    m->limit = (size_t)config_int("lua.memory_limit_mb") << 20;
+    if (m->limit == 0) m->limit = (size_t)128 << 20;
+    lua_State *L = lua_newstate(counting_alloc, m);
+    if (!L) { free(m); snprintf(err, errlen, "cannot create a Lua state"); return NULL; }
+    *deadline_of(L) = 0;
+    open_libs(L);
+    lapi_config_open(L);
+    lapi_log_open(L);
+    lapi_clock_open(L);
+    lapi_crypto_open(L);
+    lapi_metrics_open(L);
+    lapi_db_open(L, w);
+    lapi_redis_open(L, w);
+    lapi_http_open(L, w);
+    build_sandbox(L);
+    lua_newtable(L);
+    lua_setfield(L, LUA_REGISTRYINDEX, LOADED_KEY);
+    lua_pushlightuserdata(L, g);
+    lua_setfield(L, LUA_REGISTRYINDEX, GEN_KEY);
+
+    if (preload) {
+        for (int i = 0; i < g->nfiles; i++) {
+            /* File name -> module name: lib/a/b.lua -> a.b, handlers/x.lua -> handlers.x */
+            char name[600];
+            const char *fn = g->files[i].name;
+            if (!has_suffix(fn, ".lua")) continue;
+            if (strncmp(fn, "lib/", 4) == 0) fn += 4;
+            snprintf(name, sizeof name, "%s", fn);
+            size_t nl = strlen(name);
+            name[nl - 4] = 0;
+            nl -= 4;
+            if (nl > 5 && strcmp(name + nl - 5, "/init") == 0) name[nl - 5] = 0;
+            for (char *p = name; *p; p++)
+                if (*p == '/') *p = '.';
+            if (luart_require(L, name, err, errlen)) {
+                lua_close(L);
+                free(m);
+                return NULL;
+            }
+            lua_pop(L, 1);
+        }
+    }
+    return L;
+}
+
+static void state_close(lua_State *L) {
+    if (!L) return;
+    void *ud;
+    lua_getallocf(L, &ud);
+    lua_close(L);
+    free(ud);
+}
+
+void luart_close_state(sgw_worker *w) {
+    state_close(w->L);
+    w->L = NULL;
+    luart_release(w->gen);
+    w->gen = NULL;
+}
+
+int luart_refresh(sgw_worker *w, char *err, size_t errlen) {
+    if (w->L && w->gen && w->gen->id == atomic_load(&current_id)) return 0;
+    sgw_gen *g = luart_current();
+    if (!g) {
+        snprintf(err, errlen, "no generation loaded");
+        return -1;
+    }
+    if (w->L && w->gen == g) {
+        luart_release(g);
+        return 0;
+    }
+    lua_State *L = state_new(g, w, 1, err, errlen);
+    if (!L) {
+        luart_release(g);
+        return -1;
+    }
+    luart_close_state(w);
+    w->L = L;
+    w->gen = g;
+    return 0;
+}
+
+/* Reads and checks a generation; the routes table comes from the same
+ * state that proved every module loads. */
+static sgw_gen *gen_build(const char *root, char *err, size_t errlen) {
+    sgw_gen *g = calloc(1, sizeof *g);
+    if (!g) { snprintf(err, errlen, "out of memory"); return NULL; }
+    atomic_init(&g->refs, 1);
+    g->root = strdup(root);
+    int cap = 0;
+    if (!g->root || collect(g, "lib", &cap, err, errlen) || collect(g, "handlers", &cap, err, errlen)) {
+        gen_free(g);
+        return NULL;
+    }
+    qsort(g->files, (size_t)g->nfiles, sizeof *g->files, src_cmp);
+
+    sgw_worker check = { .id = -1, .role = "check" };
+    lua_State *L = state_new(g, &check, 1, err, errlen);
+    if (!L) {
+        gen_free(g);
+        return NULL;
+    }
+    int rc = -1;
+    if (luart_require(L, "handlers.routes", err, errlen) == 0) {
+        rc = routes_from_lua(L, &g->routes, err, errlen);
+        for (int i = 0; rc == 0 && i < g->routes.n; i++) {
+            char mod[600];
+            snprintf(mod, sizeof mod, "handlers.%s", g->routes.v[i].handler);
+            for (char *p = mod; *p; p++)
+                if (*p == '/') *p = '.';
+            if (!module_file(g, mod)) {
+                snprintf(err, errlen, "handlers/routes.lua: route %s %s names handler '%s', which does not exist",
+                         g->routes.v[i].method, g->routes.v[i].pattern, g->routes.v[i].handler);
+                rc = -1;
+            }
+        }
+    }
+    if (rc == 0 && !module_file(g, "dispatch")) {
+        snprintf(err, errlen, "lib/dispatch.lua is missing");
+        rc = -1;
+    }
+    state_close(L);
+    if (rc) {
+        gen_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+int luart_init(const char *root, char *err, size_t errlen) {
+    runtime_root = strdup(root);
+    if (!runtime_root) { snprintf(err, errlen, "out of memory"); return -1; }
+    sgw_gen *g = gen_build(root, err, errlen);
+    if (!g) return -1;
+    pthread_mutex_lock(&gen_lock);
+    g->id = next_gen_id++;
+    current = g;
+    atomic_store(&current_id, g->id);
+    last_error[0] = 0;
+    pthread_mutex_unlock(&gen_lock);
+    return 0;
+}
+
+int luart_reload(char *err, size_t errlen) {
+    static pthread_mutex_t reload_lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&reload_lock);
+    sgw_gen *g = gen_build(runtime_root, err, errlen);
+    pthread_mutex_lock(&gen_lock);
+    if (!g) {
+        snprintf(last_error, sizeof last_error, "%s", err);
+        atomic_fetch_add(&reload_failures, 1);
+        pthread_mutex_unlock(&gen_lock);
+        pthread_mutex_unlock(&reload_lock);
+        log_msg(LOG_ERROR, "reload_refused", "%s", err);
+        return -1;
+    }
+    g->id = next_gen_id++;
+    sgw_gen *old = current;
+    current = g;
+    atomic_store(&current_id, g->id);
+    last_error[0] = 0;
+    uint64_t id = g->id;
+    pthread_mutex_unlock(&gen_lock);
+    pthread_mutex_unlock(&reload_lock);
+    luart_release(old);
+    log_msg(LOG_INFO, "reloaded", "generation %llu loaded", (unsigned long long)id);
+    return 0;
+}
+
+void luart_shutdown(void) {
+    pthread_mutex_lock(&gen_lock);
+    sgw_gen *g = current;
+    current = NULL;
+    atomic_store(&current_id, 0);
+    pthread_mutex_unlock(&gen_lock);
+    luart_release(g);
+    /* The calling thread's cached reference, if it has one. */
+    pthread_once(&cached_once, make_cached_key);
+    luart_release(pthread_getspecific(cached_key));
+    pthread_setspecific(cached_key, NULL);
+    free(runtime_root);
+    runtime_root = NULL;
+}

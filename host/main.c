@@ -1,0 +1,326 @@
+/*
+ * main.c — the sgw command: serve, migrate, reload, check, and the operator
+ * commands written in Lua (handlers/cli/<command>.lua).
+ *
+ * Configuration is read once here, before any thread starts, which is what
+ * lets the rest of the host read it without locks.
+ */
+#include "sgw.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+atomic_int sgw_shutting_down;
+atomic_int sgw_reload_requested;
+
+static char root[PATH_MAX];
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: sgw <command> [--config FILE] [--set key=value]... [arguments]\n"
+            "\n"
+            "commands:\n"
+            "  serve                 run the gateway (public API, admin listener, job workers)\n"
+            "  migrate               apply migrations/ to database.url (safe to run concurrently)\n"
+            "  reload                ask the running instance at admin.listen to reload handlers/ and lib/\n"
+            "  check                 load handlers/ and lib/ and report whether they load\n"
+            "  version               print the version\n"
+            "  company|client|account|user ...   operator commands (see README)\n"
+            "\n"
+            "Defaults are in config/sgw.conf; --config FILE overrides them, --set key=value overrides both.\n");
+}
+
+/* The project root holds config/, handlers/, lib/ and migrations/: the
+ * working directory when it has them, else the directory above the binary's
+ * build directory, so build/sgw works from anywhere. */
+static int find_root(void) {
+    const char *env = getenv("SGW_ROOT");
+    char cand[PATH_MAX + 32];
+    if (env && *env) {
+        snprintf(root, sizeof root, "%s", env);
+        return 0;
+    }
+    if (access("config/sgw.conf", R_OK) == 0) {
+        if (!getcwd(root, sizeof root)) return -1;
+        return 0;
+    }
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return -1;
+    exe[n] = 0;
+    for (int up = 0; up < 3; up++) {
+        char *slash = strrchr(exe, '/');
+        if (!slash) break;
+        *slash = 0;
+        snprintf(cand, sizeof cand, "%s/config/sgw.conf", exe);
+        if (access(cand, R_OK) == 0) {
+            snprintf(root, sizeof root, "%s", exe);
+            return 0;
+        }
+    }
+    return -1;
+}
+
+typedef struct cli_args {
+    const char *command;
+    const char *args[64];
+    int         nargs;
+} cli_args;
+
+static int load_config(int argc, char **argv, cli_args *out) {
+    char err[1024], path[PATH_MAX + 32];
+    if (find_root()) {
+        fprintf(stderr, "sgw: cannot find config/sgw.conf (run from the project directory or set SGW_ROOT)\n");
+        return -1;
+    }
+    snprintf(path, sizeof path, "%s/config/sgw.conf", root);
+    if (config_load_file(path, 1, err, sizeof err)) {
+        fprintf(stderr, "sgw: %s\n", err);
+        return -1;
+    }
+    memset(out, 0, sizeof *out);
+    /* Files first, then --set, whatever their order on the command line. */
+    for (int pass = 0; pass < 2; pass++) {
+        out->nargs = 0;
+        out->command = NULL;
+        for (int i = 1; i < argc; i++) {
+            const char *a = argv[i];
+            if ((strcmp(a, "--config") == 0 || strcmp(a, "--set") == 0) && i + 1 >= argc) {
+                fprintf(stderr, "sgw: %s needs a value\n", a);
+                return -1;
+            }
+            if (strcmp(a, "--config") == 0) {
+                if (pass == 0 && config_load_file(argv[i + 1], 0, err, sizeof err)) {
+                    fprintf(stderr, "sgw: %s\n", err);
+                    return -1;
+                }
+                i++;
+            } else if (strcmp(a, "--set") == 0) {
+                const char *kv = argv[++i];
+                const char *eq = strchr(kv, '=');
+                if (!eq) {
+                    fprintf(stderr, "sgw: --set expects key=value, got '%s'\n", kv);
+                    return -1;
+                }
+                char key[256];
+                snprintf(key, sizeof key, "%.*s", (int)(eq - kv), kv);
+                if (pass == 1 && config_set(key, eq + 1, err, sizeof err)) {
+                    fprintf(stderr, "sgw: %s\n", err);
+                    return -1;
+                }
+            } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+                out->command = "help";
+            } else if (!out->command) {
+                out->command = a;
+            } else if (out->nargs < (int)(sizeof out->args / sizeof out->args[0])) {
+                out->args[out->nargs++] = a;
+            } else {
+                fprintf(stderr, "sgw: too many arguments\n");
+                return -1;
+            }
+        }
+    }
+    const char *lvl = config_str("log.level");
+    log_set_level(!strcmp(lvl, "debug") ? LOG_DEBUG : !strcmp(lvl, "warn") ? LOG_WARN
+                  : !strcmp(lvl, "error") ? LOG_ERROR : LOG_INFO);
+    return 0;
+}
+
+static const char *lua_root(char *buf, size_t n) {
+    const char *r = config_str("lua.root");
+    if (r[0] == '/') snprintf(buf, n, "%s", r);
+    else snprintf(buf, n, "%s/%s", root, r);
+    return buf;
+}
+
+static int require_database(void) {
+    if (!*config_str("database.url")) {
+        fprintf(stderr, "sgw: database.url is empty: set it in a config file or with --set database.url=postgresql://...\n");
+        return -1;
+    }
+    return 0;
+}
+
+static int cmd_migrate(void) {
+    if (require_database()) return 2;
+    char dir[PATH_MAX + 16];
+    snprintf(dir, sizeof dir, "%s/migrations", root);
+    return pg_migrate(config_str("database.url"), dir) == 0 ? 0 : 1;
+}
+
+static int init_runtime(void) {
+    char err[4096], lr[PATH_MAX * 2];
+    if (luart_init(lua_root(lr, sizeof lr), err, sizeof err)) {
+        fprintf(stderr, "sgw: handlers do not load: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+static int cmd_check(void) {
+    if (init_runtime()) return 1;
+    printf("{\"status\":\"ok\",\"generation\":%llu}\n", (unsigned long long)luart_generation_id());
+    luart_shutdown();
+    return 0;
+}
+
+static size_t collect_body(char *ptr, size_t size, size_t nmemb, void *ud) {
+    fwrite(ptr, size, nmemb, (FILE *)ud);
+    return size * nmemb;
+}
+
+static int cmd_reload(void) {
+    char url[512];
+    snprintf(url, sizeof url, "http://%s/reload", config_str("admin.listen"));
+    CURL *c = curl_easy_init();
+    if (!c) return 1;
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_POST, 1L);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, "");
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, stdout);
+    CURLcode rc = curl_easy_perform(c);
+    long status = 0;
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_cleanup(c);
+    printf("\n");
+    if (rc != CURLE_OK) {
+        fprintf(stderr, "sgw: cannot reach the admin listener at %s (%s): is sgw serving with this admin.listen?\n",
+                config_str("admin.listen"), curl_easy_strerror(rc));
+        return 1;
+    }
+    return status == 200 ? 0 : 1;
+}
+
+/* Operator commands live in Lua (handlers/cli/<command>.lua): they return
+ * exit_code, stdout_text, stderr_text. */
+static int cmd_lua(const cli_args *a) {
+    if (init_runtime()) return 1;
+    sgw_worker w;
+    char err[4096], mod[300];
+    int code = 1;
+    if (worker_init(&w, 0, "cli", err, sizeof err)) {
+        fprintf(stderr, "sgw: %s\n", err);
+        luart_shutdown();
+        return 1;
+    }
+    snprintf(mod, sizeof mod, "handlers.cli.%s", a->command);
+    for (char *p = mod; *p; p++)
+        if (*p == '-') *p = '_';
+    lua_State *L = w.L;
+    if (luart_require(L, mod, err, sizeof err)) {
+        fprintf(stderr, "sgw: unknown command '%s'\n\n", a->command);
+        usage(stderr);
+        code = 2;
+    } else {
+        lua_newtable(L);
+        for (int i = 0; i < a->nargs; i++) {
+            lua_pushstring(L, a->args[i]);
+            lua_rawseti(L, -2, i + 1);
+        }
+        if (luart_call(L, 1, 3, 0) != LUA_OK) {
+            fprintf(stderr, "sgw: %s failed: %s\n", a->command, lua_tostring(L, -1));
+        } else {
+            code = (int)luaL_optinteger(L, -3, 0);
+            if (lua_type(L, -2) == LUA_TSTRING) printf("%s\n", lua_tostring(L, -2));
+            if (lua_type(L, -1) == LUA_TSTRING) fprintf(stderr, "sgw: %s\n", lua_tostring(L, -1));
+        }
+    }
+    worker_destroy(&w);
+    luart_shutdown();
+    return code;
+}
+
+static int cmd_serve(void) {
+    if (require_database()) return 2;
+    if (init_runtime()) return 1;
+    if (httpc_global_init()) {
+        fprintf(stderr, "sgw: cannot initialise libcurl\n");
+        return 1;
+    }
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    /* Every thread inherits this mask; only the main thread takes signals. */
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    int n = (int)config_int("http.workers");
+    if (n <= 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        n = (int)(cores > 0 ? cores * 2 : 4);
+    }
+    int rc = 1;
+    if (workers_start(n)) goto out_workers;
+    if (jobs_start((int)config_int("jobs.workers"))) goto out_jobs;
+    if (admin_start()) goto out_admin;
+    if (http_start()) goto out_http;
+    log_msg(LOG_INFO, "serving", "public %s, admin %s, %d workers, generation %llu", config_str("http.listen"),
+            config_str("admin.listen"), n, (unsigned long long)luart_generation_id());
+
+    for (;;) {
+        struct timespec ts = { 1, 0 };
+        int sig = sigtimedwait(&set, NULL, &ts);
+        if (sig == SIGHUP) {
+            char err[4096];
+            luart_reload(err, sizeof err);
+        } else if (sig == SIGTERM || sig == SIGINT) {
+            break;
+        }
+    }
+    log_msg(LOG_INFO, "draining", "stopped accepting; waiting for in-flight requests and jobs");
+    atomic_store(&sgw_shutting_down, 1);
+    http_quiesce();
+    uint64_t deadline = clock_mono_ms() + (uint64_t)(config_num("http.drain_seconds") * 1000.0);
+    while ((http_inflight() > 0 || workers_queue_depth() > 0) && clock_mono_ms() < deadline) {
+        struct timespec ts = { 0, 20 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+    }
+    rc = 0;
+    http_stop();
+out_http:
+    admin_stop();
+out_admin:
+    jobs_stop();
+out_jobs:
+    workers_stop();
+out_workers:
+    httpc_global_cleanup();
+    luart_shutdown();
+    if (rc == 0) log_msg(LOG_INFO, "stopped", "clean shutdown");
+    else fprintf(stderr, "sgw: could not start; see the log lines above for what to fix\n");
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    cli_args a;
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (load_config(argc, argv, &a)) return 2;
+    int rc;
+    if (!a.command || strcmp(a.command, "help") == 0) {
+        usage(stdout);
+        rc = a.command ? 0 : 2;
+    } else if (strcmp(a.command, "serve") == 0) rc = cmd_serve();
+    else if (strcmp(a.command, "migrate") == 0) rc = cmd_migrate();
+    else if (strcmp(a.command, "reload") == 0) rc = cmd_reload();
+    else if (strcmp(a.command, "check") == 0) rc = cmd_check();
+    else if (strcmp(a.command, "version") == 0) {
+        printf("{\"version\":\"%s\"}\n", SGW_VERSION);
+        rc = 0;
+    } else rc = cmd_lua(&a);
+    config_free();
+    return rc;
+}

@@ -1,0 +1,889 @@
+/*
+ * pg.c — PostgreSQL: each worker's connection, the Lua `db` module and
+ * `sgw migrate`.
+ *
+ * A worker owns one connection and is the only thread that touches it. The
+ * connection is opened on first use and re-opened on use after it broke, but
+ * never inside a transaction: statements that ran before the break were
+ * rolled back by the server, so carrying on over a new connection would
+ * commit the second half of a transaction without its first half. Outside a
+ * transaction a statement that failed because the connection broke is tried
+ * once more on a fresh one.
+ *
+ * SQL errors are values (nil, message, sqlstate) so that a handler decides
+ * what a failing database means for its endpoint; only misuse raises.
+ */
+#include "sgw.h"
+
+#include <libpq-fe.h>
+
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define MAX_PARAMS            64
+/* While the server is unreachable, a worker tries again at most this often,
+ * so that a dead database costs each request one quick failure. */
+#define RECONNECT_INTERVAL_MS 1000
+/* Bounds each connection attempt unless database.url sets connect_timeout. */
+#define CONNECT_TIMEOUT_S     "5"
+/* The advisory lock that serialises concurrent `sgw migrate` runs ("sgw-migr"). */
+#define MIGRATE_LOCK_KEY      8315746273955768178LL
+#define RESULT_MT             "sgw.pg.result"
+
+#define OID_BOOL    16
+#define OID_INT8    20
+#define OID_INT2    21
+#define OID_INT4    23
+#define OID_OID     26
+#define OID_JSON    114
+#define OID_FLOAT4  700
+#define OID_FLOAT8  701
+#define OID_NUMERIC 1700
+#define OID_JSONB   3802
+
+struct sgw_pg {
+    char     *conninfo;
+    PGconn   *conn;
+    int       tx_depth;          /* db.transaction nesting */
+    int       failed;            /* the last connection attempt failed */
+    uint64_t  failed_at_ms;
+    char      last_error[512];
+};
+
+/* Why a statement did not succeed, in the shape Lua receives it. */
+typedef struct pg_failure {
+    char message[2048];
+    char sqlstate[6];            /* "" when the server gave none */
+} pg_failure;
+
+int pg_in_transaction(sgw_pg *pg);
+
+/* ------------------------------------------------------------ helpers */
+
+static size_t trimmed_len(const char *s) {
+    size_t n = strlen(s);
+    while (n > 0 && isspace((unsigned char)s[n - 1])) n--;
+    return n;
+}
+
+static void set_failure(pg_failure *f, const char *sqlstate, const char *fmt, const char *arg) {
+    snprintf(f->message, sizeof f->message, fmt, arg);
+    f->message[trimmed_len(f->message)] = 0;
+    snprintf(f->sqlstate, sizeof f->sqlstate, "%s", sqlstate ? sqlstate : "");
+}
+
+/* Server notices would otherwise go raw to stderr and break the JSON log. */
+static void notice_to_log(void *arg, const PGresult *r) {
+    (void)arg;
+    const char *sev = PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED);
+    const char *msg = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+    int warn = sev && strcmp(sev, "WARNING") == 0;
+    log_msg(warn ? LOG_WARN : LOG_DEBUG, "db_notice", "%s: %s", sev ? sev : "NOTICE",
+            msg ? msg : "");
+}
+
+/* Opens a connection and prepares its session with setup_sql. The conninfo
+ * comes last so that anything it sets wins over our fallbacks. */
+static PGconn *connect_session(const char *conninfo, const char *setup_sql, int log_notices,
+                               char *err, size_t errlen) {
+    const char *keys[] = { "connect_timeout", "fallback_application_name", "dbname", NULL };
+    const char *vals[] = { CONNECT_TIMEOUT_S, "sgw", conninfo, NULL };
+    PGconn *c = PQconnectdbParams(keys, vals, 1);
+    if (!c) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    if (PQstatus(c) != CONNECTION_OK) {
+        snprintf(err, errlen, "%s", PQerrorMessage(c));
+        err[trimmed_len(err)] = 0;
+        PQfinish(c);
+        return NULL;
+    }
+    if (log_notices) PQsetNoticeReceiver(c, notice_to_log, NULL);
+    PGresult *r = PQexec(c, setup_sql);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+        snprintf(err, errlen, "setting up the session failed: %s",
+                 r ? PQresultErrorMessage(r) : PQerrorMessage(c));
+        err[trimmed_len(err)] = 0;
+        PQclear(r);
+        PQfinish(c);
+        return NULL;
+    }
+    PQclear(r);
+    return c;
+}
+
+static void drop_connection(sgw_pg *pg) {
+    if (pg->conn) PQfinish(pg->conn);
+    pg->conn = NULL;
+}
+
+static int ensure_connected(sgw_pg *pg, pg_failure *f) {
+    if (pg->conn && PQstatus(pg->conn) == CONNECTION_OK) return 0;
+    if (pg->tx_depth > 0) {
+        set_failure(f, "08006", "%s", "the database connection was lost during the transaction, "
+                    "which the server has rolled back");
+        return -1;
+    }
+    drop_connection(pg);
+    uint64_t now = clock_mono_ms();
+    if (pg->failed && now - pg->failed_at_ms < RECONNECT_INTERVAL_MS) {
+        set_failure(f, "08001", "database unavailable: %s", pg->last_error);
+        return -1;
+    }
+    char setup[128];
+    long long timeout = config_int("database.statement_timeout_ms");
+    snprintf(setup, sizeof setup, "SET TIME ZONE 'UTC'; SET statement_timeout = %lld",
+             timeout > 0 ? timeout : 0);
+    char err[512];
+    pg->conn = connect_session(pg->conninfo, setup, 1, err, sizeof err);
+    if (!pg->conn) {
+        if (!pg->failed) log_msg(LOG_WARN, "db_connect_failed", "%s", err);
+        pg->failed = 1;
+        pg->failed_at_ms = now;
+        snprintf(pg->last_error, sizeof pg->last_error, "%s", err);
+        set_failure(f, "08001", "database unavailable: %s", err);
+        return -1;
+    }
+    if (pg->failed) log_msg(LOG_INFO, "db_reconnected", "connected to the database again");
+    pg->failed = 0;
+    return 0;
+}
+
+static void failure_from_result(pg_failure *f, PGresult *r, PGconn *c) {
+    const char *msg = r ? PQresultErrorMessage(r) : "";
+    if (!*msg) msg = PQerrorMessage(c);
+    if (!*msg) msg = "unknown database error";
+    const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    if (!state && PQstatus(c) == CONNECTION_BAD) state = "08006";
+    set_failure(f, state, "%s", msg);
+}
+
+/* Runs one statement. Returns the result of a successful statement (the
+ * caller clears it), or NULL with f filled in. */
+static PGresult *run(sgw_pg *pg, const char *sql, int nparams, const char *const *vals,
+                     pg_failure *f) {
+    for (int attempt = 0;; attempt++) {
+        if (ensure_connected(pg, f)) return NULL;
+        PGTransactionStatusType before = PQtransactionStatus(pg->conn);
+        PGresult *r = PQexecParams(pg->conn, sql, nparams, NULL, vals, NULL, NULL, 0);
+        ExecStatusType st = PQresultStatus(r);
+        if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK || st == PGRES_EMPTY_QUERY) return r;
+        if (st == PGRES_COPY_IN || st == PGRES_COPY_OUT || st == PGRES_COPY_BOTH) {
+            /* The protocol now waits for COPY data we will never stream;
+             * dropping the connection is the only clean way out. */
+            PQclear(r);
+            drop_connection(pg);
+            set_failure(f, "0A000", "%s", "COPY is not supported through db.query/db.exec");
+            return NULL;
+        }
+        if (PQstatus(pg->conn) == CONNECTION_BAD && attempt == 0 && before == PQTRANS_IDLE &&
+            pg->tx_depth == 0) {
+            PQclear(r);
+            log_msg(LOG_INFO, "db_retry", "the database connection broke; reconnecting once");
+            continue;
+        }
+        failure_from_result(f, r, pg->conn);
+        PQclear(r);
+        return NULL;
+    }
+}
+
+/* For statements whose result carries nothing but success. */
+static int run_cmd(sgw_pg *pg, const char *sql, pg_failure *f) {
+    PGresult *r = run(pg, sql, 0, NULL, f);
+    if (!r) return -1;
+    PQclear(r);
+    return 0;
+}
+
+/* ------------------------------------------------------------ C API */
+
+sgw_pg *pg_open(const char *conninfo) {
+    sgw_pg *pg = calloc(1, sizeof *pg);
+    if (!pg) return NULL;
+    pg->conninfo = strdup(conninfo ? conninfo : "");
+    if (!pg->conninfo) {
+        free(pg);
+        return NULL;
+    }
+    return pg;
+}
+
+void pg_close(sgw_pg *pg) {
+    if (!pg) return;
+    drop_connection(pg);
+    free(pg->conninfo);
+    free(pg);
+}
+
+int pg_ping(sgw_pg *pg) {
+    if (!pg) return -1;
+    pg_failure f;
+    return run_cmd(pg, "SELECT 1", &f);
+}
+
+/* True inside db.transaction and also after a BEGIN sent by hand, so that
+ * http.request is refused either way. */
+int pg_in_transaction(sgw_pg *pg) {
+    if (!pg) return 0;
+    if (pg->tx_depth > 0) return 1;
+    if (!pg->conn || PQstatus(pg->conn) != CONNECTION_OK) return 0;
+    PGTransactionStatusType ts = PQtransactionStatus(pg->conn);
+    return ts == PQTRANS_INTRANS || ts == PQTRANS_INERROR || ts == PQTRANS_ACTIVE;
+}
+
+void pg_reset_session(sgw_pg *pg) {
+    if (!pg) return;
+    if (pg->conn && PQstatus(pg->conn) == CONNECTION_OK &&
+        PQtransactionStatus(pg->conn) != PQTRANS_IDLE) {
+        PGresult *r = PQexec(pg->conn, "ROLLBACK");
+        if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+            /* A connection we cannot return to idle must not serve the next request. */
+            log_msg(LOG_WARN, "db_reset_failed", "%s",
+                    r ? PQresultErrorMessage(r) : PQerrorMessage(pg->conn));
+            drop_connection(pg);
+        }
+        PQclear(r);
+    }
+    pg->tx_depth = 0;
+}
+
+struct pg_conn *pg_raw(sgw_pg *pg) {
+    if (!pg) return NULL;
+    pg_failure f;
+    return ensure_connected(pg, &f) ? NULL : pg->conn;
+}
+
+/* ------------------------------------------------------------ Lua: db */
+
+/* Upvalues of every db function. */
+#define UV_WORKER lua_upvalueindex(1)
+#define UV_ENCODE lua_upvalueindex(2)
+#define UV_DECODE lua_upvalueindex(3)
+
+/* Holds a PGresult while Lua builds the rows, so that a memory error raised
+ * half-way still frees it. */
+typedef struct res_box { PGresult *res; } res_box;
+
+static int res_box_gc(lua_State *L) {
+    res_box *b = luaL_checkudata(L, 1, RESULT_MT);
+    PQclear(b->res);
+    b->res = NULL;
+    return 0;
+}
+
+static sgw_pg *upvalue_pg(lua_State *L) {
+    sgw_worker *w = lua_touserdata(L, UV_WORKER);
+    return w ? w->pg : NULL;
+}
+
+static int push_not_configured(lua_State *L) {
+    lua_pushnil(L);
+    lua_pushliteral(L, "database not configured");
+    return 2;
+}
+
+static int push_failure(lua_State *L, const pg_failure *f) {
+    lua_pushnil(L);
+    lua_pushstring(L, f->message);
+    if (f->sqlstate[0]) lua_pushstring(L, f->sqlstate);
+    else lua_pushnil(L);
+    return 3;
+}
+
+/* Turns arguments 2..top into text parameters. Strings made here (JSON of
+ * tables) are left on the stack so that vals stay valid until the call ends.
+ * Returns 0, or -1 with f filled in for a value PostgreSQL would refuse. */
+static int collect_params(lua_State *L, int n, const char **vals, char (*num)[48],
+                          pg_failure *f) {
+    luaL_checkstack(L, n + 8, "too many parameters");
+    for (int i = 0; i < n; i++) {
+        int idx = i + 2;
+        switch (lua_type(L, idx)) {
+        case LUA_TNIL:
+            vals[i] = NULL;
+            break;
+        case LUA_TBOOLEAN:
+            vals[i] = lua_toboolean(L, idx) ? "true" : "false";
+            break;
+        case LUA_TNUMBER:
+            if (lua_isinteger(L, idx)) {
+                snprintf(num[i], sizeof num[i], LUA_INTEGER_FMT, lua_tointeger(L, idx));
+            } else {
+                double d = (double)lua_tonumber(L, idx);
+                if (isnan(d)) snprintf(num[i], sizeof num[i], "NaN");
+                else if (isinf(d)) snprintf(num[i], sizeof num[i], d > 0 ? "Infinity" : "-Infinity");
+                else snprintf(num[i], sizeof num[i], "%.17g", d);
+            }
+            vals[i] = num[i];
+            break;
+        case LUA_TSTRING: {
+            size_t len;
+            const char *s = lua_tolstring(L, idx, &len);
+            if (memchr(s, 0, len)) {
+                char which[16];
+                snprintf(which, sizeof which, "%d", i + 1);
+                set_failure(f, "22021", "parameter $%s contains a zero byte, which text "
+                            "cannot hold", which);
+                return -1;
+            }
+            vals[i] = s;
+            break;
+        }
+        case LUA_TTABLE:
+            if (lua_isnil(L, UV_ENCODE))
+                luaL_argerror(L, idx, "tables need lua-cjson, which is not available");
+            lua_pushvalue(L, UV_ENCODE);
+            lua_pushvalue(L, idx);
+            lua_call(L, 1, 1);
+            vals[i] = lua_tostring(L, -1);
+            if (!vals[i]) luaL_argerror(L, idx, "cjson.encode did not return a string");
+            break;
+        case LUA_TLIGHTUSERDATA:
+            if (lua_touserdata(L, idx) == NULL) {     /* db.null, cjson.null */
+                vals[i] = NULL;
+                break;
+            }
+            /* fall through */
+        default:
+            luaL_argerror(L, idx, lua_pushfstring(L, "cannot send a %s to the database",
+                                                  luaL_typename(L, idx)));
+        }
+    }
+    return 0;
+}
+
+static void push_value(lua_State *L, Oid type, const char *v, int len) {
+    switch (type) {
+    case OID_INT2: case OID_INT4: case OID_INT8: case OID_OID:
+        lua_pushinteger(L, (lua_Integer)strtoll(v, NULL, 10));
+        break;
+    case OID_FLOAT4: case OID_FLOAT8: case OID_NUMERIC:
+        /* strtod reads NaN and [-]Infinity as PostgreSQL spells them. */
+        lua_pushnumber(L, (lua_Number)strtod(v, NULL));
+        break;
+    case OID_BOOL:
+        lua_pushboolean(L, v[0] == 't');
+        break;
+    case OID_JSON: case OID_JSONB:
+        if (!lua_isnil(L, UV_DECODE)) {
+            lua_pushvalue(L, UV_DECODE);
+            lua_pushlstring(L, v, (size_t)len);
+            if (lua_pcall(L, 1, 1, 0) == LUA_OK) break;
+            lua_pop(L, 1);
+        }
+        lua_pushlstring(L, v, (size_t)len);
+        break;
+    default:
+        lua_pushlstring(L, v, (size_t)len);
+    }
+}
+
+static void push_rows(lua_State *L, PGresult *r) {
+    int nrows = PQntuples(r), ncols = PQnfields(r);
+    lua_createtable(L, nrows, 1);
+    for (int i = 0; i < nrows; i++) {
+        lua_createtable(L, 0, ncols);
+        for (int c = 0; c < ncols; c++) {
+            if (PQgetisnull(r, i, c)) continue;
+            push_value(L, PQftype(r, c), PQgetvalue(r, i, c), PQgetlength(r, i, c));
+            lua_setfield(L, -2, PQfname(r, c));
+        }
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+    const char *affected = PQcmdTuples(r);
+    if (*affected) {
+        lua_pushinteger(L, (lua_Integer)strtoll(affected, NULL, 10));
+        lua_setfield(L, -2, "affected");
+    }
+}
+
+/* db.query and db.exec share everything but the shape of the answer. */
+static int db_run(lua_State *L, int want_rows) {
+    luaL_checkstring(L, 1);
+    int n = lua_gettop(L) - 1;      /* gettop, so trailing nils count */
+    if (n > MAX_PARAMS)
+        return luaL_error(L, "db.%s: at most %d parameters", want_rows ? "query" : "exec",
+                          MAX_PARAMS);
+    sgw_pg *pg = upvalue_pg(L);
+    if (!pg) return push_not_configured(L);
+
+    const char *vals[MAX_PARAMS];
+    char num[MAX_PARAMS][48];
+    pg_failure f;
+    if (collect_params(L, n, vals, num, &f)) return push_failure(L, &f);
+
+    res_box *box = lua_newuserdatauv(L, sizeof *box, 0);
+    box->res = NULL;
+    luaL_setmetatable(L, RESULT_MT);
+    box->res = run(pg, lua_tostring(L, 1), n, vals, &f);
+    if (!box->res) return push_failure(L, &f);
+
+    if (want_rows) {
+        push_rows(L, box->res);
+    } else {
+        const char *affected = PQcmdTuples(box->res);
+        lua_pushinteger(L, *affected ? (lua_Integer)strtoll(affected, NULL, 10) : 0);
+    }
+    PQclear(box->res);
+    box->res = NULL;
+    return 1;
+}
+
+static int db_query(lua_State *L) { return db_run(L, 1); }
+static int db_exec(lua_State *L)  { return db_run(L, 0); }
+
+static int db_in_transaction(lua_State *L) {
+    lua_pushboolean(L, pg_in_transaction(upvalue_pg(L)));
+    return 1;
+}
+
+/* Ends the transaction or savepoint db.transaction opened after fn returned
+ * normally. 0 ok; -1 with f filled in, and then nothing of fn was kept. */
+static int tx_finish_ok(sgw_pg *pg, int nested, const char *savepoint, pg_failure *f) {
+    char sql[96];
+    int aborted = pg->conn && PQstatus(pg->conn) == CONNECTION_OK &&
+                  PQtransactionStatus(pg->conn) == PQTRANS_INERROR;
+    if (aborted) {
+        /* A statement failed and fn went on: COMMIT would quietly roll back,
+         * so say so instead of answering like a success. */
+        pg_failure ignored;
+        if (nested) {
+            snprintf(sql, sizeof sql, "ROLLBACK TO SAVEPOINT %s", savepoint);
+            if (run_cmd(pg, sql, &ignored) == 0) {
+                snprintf(sql, sizeof sql, "RELEASE SAVEPOINT %s", savepoint);
+                run_cmd(pg, sql, &ignored);
+            }
+        } else {
+            run_cmd(pg, "ROLLBACK", &ignored);
+        }
+        set_failure(f, "25P02", "%s", "transaction rolled back: a statement in it failed");
+        return -1;
+    }
+    if (nested) {
+        snprintf(sql, sizeof sql, "RELEASE SAVEPOINT %s", savepoint);
+        return run_cmd(pg, sql, f);
+    }
+    PGresult *r = run(pg, "COMMIT", 0, NULL, f);
+    if (!r) {
+        pg_failure ignored;
+        if (pg->conn && PQstatus(pg->conn) == CONNECTION_OK &&
+            PQtransactionStatus(pg->conn) != PQTRANS_IDLE)
+            run_cmd(pg, "ROLLBACK", &ignored);
+        return -1;
+    }
+    int rolled_back = strcmp(PQcmdStatus(r), "COMMIT") != 0;
+    PQclear(r);
+    if (rolled_back) {
+        set_failure(f, "40000", "%s", "transaction rolled back by the server at COMMIT");
+        return -1;
+    }
+    return 0;
+}
+
+static void tx_finish_error(sgw_pg *pg, int nested, const char *savepoint) {
+    pg_failure ignored;
+    if (!pg->conn || PQstatus(pg->conn) != CONNECTION_OK) return;   /* server rolled back */
+    if (nested) {
+        char sql[96];
+        snprintf(sql, sizeof sql, "ROLLBACK TO SAVEPOINT %s", savepoint);
+        if (run_cmd(pg, sql, &ignored) == 0) {
+            snprintf(sql, sizeof sql, "RELEASE SAVEPOINT %s", savepoint);
+            run_cmd(pg, sql, &ignored);
+        }
+    } else {
+        run_cmd(pg, "ROLLBACK", &ignored);
+    }
+}
+
+/* db.transaction(fn, ...). A nested call runs in a savepoint, so an error
+ * caught by the outer fn undoes exactly the inner part.
+ *
+ * fn runs under lua_pcall, not lua_pcallk: a yield inside fn fails with
+ * "attempt to yield across a C-call boundary" and rolls back. That is on
+ * purpose. A job worker's coroutines share one connection; if a transaction
+ * could stay open across a yield, the other coroutines' statements would run
+ * inside it. */
+static int db_transaction(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TFUNCTION);
+    sgw_pg *pg = upvalue_pg(L);
+    if (!pg) return push_not_configured(L);
+
+    pg_failure f;
+    int nested = pg_in_transaction(pg);
+    char savepoint[32] = "";
+    if (nested) {
+        char sql[64];
+        snprintf(savepoint, sizeof savepoint, "sgw_tx_%d", pg->tx_depth + 1);
+        snprintf(sql, sizeof sql, "SAVEPOINT %s", savepoint);
+        if (run_cmd(pg, sql, &f)) return push_failure(L, &f);
+    } else {
+        if (run_cmd(pg, "BEGIN", &f)) return push_failure(L, &f);
+    }
+    pg->tx_depth++;
+
+    int status = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
+    if (status != LUA_OK) {
+        tx_finish_error(pg, nested, savepoint);
+        pg->tx_depth--;
+        return lua_error(L);        /* the error object, unchanged */
+    }
+    int rc = tx_finish_ok(pg, nested, savepoint, &f);
+    pg->tx_depth--;
+    if (rc) return push_failure(L, &f);
+    return lua_gettop(L);            /* fn was at 1: its results fill the stack */
+}
+
+void lapi_db_open(lua_State *L, sgw_worker *w) {
+    static const luaL_Reg funcs[] = {
+        { "query", db_query },
+        { "exec", db_exec },
+        { "transaction", db_transaction },
+        { "in_transaction", db_in_transaction },
+        { NULL, NULL }
+    };
+    if (luaL_newmetatable(L, RESULT_MT)) {
+        lua_pushcfunction(L, res_box_gc);
+        lua_setfield(L, -2, "__gc");
+    }
+    lua_pop(L, 1);
+
+    lua_createtable(L, 0, 5);
+    lua_pushlightuserdata(L, w);
+    /* JSON parameters and json/jsonb columns go through lua-cjson, taken
+     * through the real require before the sandbox replaces it. */
+    int have_cjson = 0;
+    lua_getglobal(L, "require");
+    if (lua_isfunction(L, -1)) {
+        lua_pushliteral(L, "cjson");
+        if (lua_pcall(L, 1, 1, 0) == LUA_OK && lua_istable(L, -1)) {
+            lua_getfield(L, -1, "encode");
+            lua_getfield(L, -2, "decode");
+            lua_remove(L, -3);
+            have_cjson = lua_isfunction(L, -2) && lua_isfunction(L, -1);
+            if (!have_cjson) lua_pop(L, 2);
+        } else {
+            lua_pop(L, 1);
+        }
+    } else {
+        lua_pop(L, 1);
+    }
+    if (!have_cjson) {
+        log_msg(LOG_WARN, "db_no_cjson", "lua-cjson is not available: json columns stay text "
+                "and table parameters raise");
+        lua_pushnil(L);
+        lua_pushnil(L);
+    }
+    luaL_setfuncs(L, funcs, 3);
+    lua_pushlightuserdata(L, NULL);
+    lua_setfield(L, -2, "null");
+    lua_setglobal(L, "db");
+}
+
+/* ------------------------------------------------------------ migrate */
+
+typedef struct migration {
+    char *name;                  /* 0001_jobs.sql */
+    char *version;               /* 0001: the number as written */
+} migration;
+
+typedef struct migration_list {
+    migration *v;
+    int        n, cap;
+} migration_list;
+
+static void migrations_free(migration_list *l) {
+    for (int i = 0; i < l->n; i++) {
+        free(l->v[i].name);
+        free(l->v[i].version);
+    }
+    free(l->v);
+    l->v = NULL;
+    l->n = l->cap = 0;
+}
+
+/* Length of the digit prefix of a NNNN_*.sql name, or 0 when it is not one. */
+static size_t migration_digits(const char *name) {
+    size_t d = 0, len = strlen(name);
+    while (isdigit((unsigned char)name[d])) d++;
+    if (d < 4 || name[d] != '_' || len < d + 1 + 4 || strcmp(name + len - 4, ".sql") != 0) return 0;
+    return d;
+}
+
+/* Compares two digit strings by value, so 10000 comes after 9999. */
+static int version_cmp(const char *a, const char *b) {
+    while (*a == '0' && a[1]) a++;
+    while (*b == '0' && b[1]) b++;
+    size_t la = strlen(a), lb = strlen(b);
+    if (la != lb) return la < lb ? -1 : 1;
+    return strcmp(a, b);
+}
+
+static int migration_cmp(const void *pa, const void *pb) {
+    const migration *a = pa, *b = pb;
+    int c = version_cmp(a->version, b->version);
+    return c ? c : strcmp(a->name, b->name);
+}
+
+static int list_migrations(const char *dir, migration_list *out) {
+    DIR *d = opendir(dir);
+    if (!d) {
+        fprintf(stderr, "migrate: cannot read the migrations directory %s: %s\n", dir,
+                strerror(errno));
+        return -1;
+    }
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t digits = migration_digits(e->d_name);
+        if (!digits) {
+            size_t len = strlen(e->d_name);
+            if (len > 4 && strcmp(e->d_name + len - 4, ".sql") == 0)
+                fprintf(stderr, "migrate: ignoring %s: names must be NNNN_description.sql "
+                        "(at least 4 digits)\n", e->d_name);
+            continue;
+        }
+        if (out->n == out->cap) {
+            int cap = out->cap ? out->cap * 2 : 16;
+            migration *v = realloc(out->v, (size_t)cap * sizeof *v);
+            if (!v) goto oom;
+            out->v = v;
+            out->cap = cap;
+        }
+        migration *m = &out->v[out->n];
+        m->name = strdup(e->d_name);
+        m->version = strndup(e->d_name, digits);
+        if (!m->name || !m->version) {
+            free(m->name);
+            free(m->version);
+            goto oom;
+        }
+        out->n++;
+    }
+    closedir(d);
+    qsort(out->v, (size_t)out->n, sizeof *out->v, migration_cmp);
+    for (int i = 1; i < out->n; i++) {
+        if (version_cmp(out->v[i - 1].version, out->v[i].version) == 0) {
+            fprintf(stderr, "migrate: %s and %s have the same number; renumber one of them\n",
+                    out->v[i - 1].name, out->v[i].name);
+            migrations_free(out);
+            return -1;
+        }
+    }
+    return 0;
+oom:
+    closedir(d);
+    migrations_free(out);
+    fprintf(stderr, "migrate: out of memory\n");
+    return -1;
+}
+
+static char *read_migration(const char *dir, const char *name) {
+    size_t plen = strlen(dir) + strlen(name) + 2;
+    char *path = malloc(plen);
+    if (!path) {
+        fprintf(stderr, "migrate: out of memory\n");
+        return NULL;
+    }
+    snprintf(path, plen, "%s/%s", dir, name);
+    FILE *fp = fopen(path, "rb");
+    char *buf = NULL;
+    struct stat st;
+    if (!fp || fstat(fileno(fp), &st)) {
+        fprintf(stderr, "migrate: cannot read %s: %s\n", path, strerror(errno));
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        fprintf(stderr, "migrate: cannot read %s: not a regular file\n", path);
+        goto out;
+    }
+    buf = malloc((size_t)st.st_size + 1);
+    if (!buf) {
+        fprintf(stderr, "migrate: out of memory reading %s\n", path);
+        goto out;
+    }
+    size_t got = fread(buf, 1, (size_t)st.st_size, fp);
+    if (got != (size_t)st.st_size || memchr(buf, 0, got)) {
+        fprintf(stderr, "migrate: cannot read %s: %s\n", path,
+                got != (size_t)st.st_size ? "short read" : "it contains a zero byte");
+        free(buf);
+        buf = NULL;
+        goto out;
+    }
+    buf[got] = 0;
+out:
+    if (fp) fclose(fp);
+    free(path);
+    return buf;
+}
+
+/* PostgreSQL reports where a statement failed in characters from the start
+ * of what it was sent: the whole file. */
+static int line_of(const char *sql, long pos) {
+    int line = 1;
+    long chars = 0;
+    for (const unsigned char *p = (const unsigned char *)sql; *p; p++) {
+        if ((*p & 0xC0) != 0x80 && ++chars >= pos) break;
+        if (*p == '\n') line++;
+    }
+    return line;
+}
+
+static void print_pg_error(const char *what, PGresult *r, PGconn *c, const char *sql) {
+    const char *primary = r ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+    if (!primary) {
+        const char *msg = r && *PQresultErrorMessage(r) ? PQresultErrorMessage(r) : PQerrorMessage(c);
+        fprintf(stderr, "migrate: %s failed: %.*s\n", what, (int)trimmed_len(msg), msg);
+        return;
+    }
+    const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+    const char *pos = PQresultErrorField(r, PG_DIAG_STATEMENT_POSITION);
+    const char *detail = PQresultErrorField(r, PG_DIAG_MESSAGE_DETAIL);
+    const char *hint = PQresultErrorField(r, PG_DIAG_MESSAGE_HINT);
+    fprintf(stderr, "migrate: %s failed: %s", what, primary);
+    if (sql && pos) fprintf(stderr, " (line %d)", line_of(sql, atol(pos)));
+    if (state) fprintf(stderr, " [SQLSTATE %s]", state);
+    fputc('\n', stderr);
+    if (detail) fprintf(stderr, "migrate:   detail: %s\n", detail);
+    if (hint) fprintf(stderr, "migrate:   hint: %s\n", hint);
+}
+
+/* Runs sql expecting success; prints why not. */
+static int mexec(PGconn *c, const char *sql, int nparams, const char *const *vals,
+                 const char *what, PGresult **out) {
+    PGresult *r = nparams ? PQexecParams(c, sql, nparams, NULL, vals, NULL, NULL, 0)
+                          : PQexec(c, sql);
+    ExecStatusType st = PQresultStatus(r);
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK && st != PGRES_EMPTY_QUERY) {
+        print_pg_error(what, r, c, NULL);
+        PQclear(r);
+        return -1;
+    }
+    if (out) *out = r;
+    else PQclear(r);
+    return 0;
+}
+
+static int apply_migration(PGconn *c, const char *dir, const migration *m) {
+    char *sql = read_migration(dir, m->name);
+    if (!sql) return -1;
+    printf("migrate: applying %s ... ", m->name);
+    fflush(stdout);
+    const char *vals[1] = { m->version };
+    if (mexec(c, "BEGIN", 0, NULL, m->name, NULL)) goto fail;
+    PGresult *r = PQexec(c, sql);
+    ExecStatusType st = PQresultStatus(r);
+    if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK && st != PGRES_EMPTY_QUERY) {
+        printf("failed\n");
+        fflush(stdout);
+        print_pg_error(m->name, r, c, sql);
+        PQclear(r);
+        goto rollback;
+    }
+    PQclear(r);
+    if (PQtransactionStatus(c) != PQTRANS_INTRANS) {
+        printf("failed\n");
+        fflush(stdout);
+        fprintf(stderr, "migrate: %s ended the transaction itself (COMMIT or ROLLBACK in the "
+                "file), so it was not recorded and what it did before that was kept; remove "
+                "those statements (every file already runs in its own transaction), check by "
+                "hand what it left behind, and run migrate again\n", m->name);
+        goto fail;
+    }
+    if (mexec(c, "INSERT INTO schema_migrations (version) VALUES ($1)", 1, vals, m->name, NULL) ||
+        mexec(c, "COMMIT", 0, NULL, m->name, NULL)) {
+        printf("failed\n");
+        fflush(stdout);
+        goto rollback;
+    }
+    printf("ok\n");
+    fflush(stdout);
+    free(sql);
+    return 0;
+rollback:
+    if (PQtransactionStatus(c) != PQTRANS_IDLE) PQclear(PQexec(c, "ROLLBACK"));
+    fprintf(stderr, "migrate: %s was rolled back; fix it and run migrate again\n", m->name);
+fail:
+    free(sql);
+    return -1;
+}
+
+static int migrate_locked(PGconn *c, const char *dir, const migration_list *l) {
+    char sql[128];
+    PGresult *r;
+    snprintf(sql, sizeof sql, "SELECT pg_try_advisory_lock(%lld)", MIGRATE_LOCK_KEY);
+    if (mexec(c, sql, 0, NULL, "taking the migration lock", &r)) return -1;
+    int got = PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't';
+    PQclear(r);
+    if (!got) {
+        printf("migrate: another migrate is running; waiting for it to finish\n");
+        fflush(stdout);
+        snprintf(sql, sizeof sql, "SELECT pg_advisory_lock(%lld)", MIGRATE_LOCK_KEY);
+        if (mexec(c, sql, 0, NULL, "taking the migration lock", NULL)) return -1;
+    }
+
+    /* Inside the lock, so what we read below is what the last holder left. */
+    int rc = mexec(c, "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                      "version text PRIMARY KEY, applied_at timestamptz DEFAULT now())",
+                   0, NULL, "creating schema_migrations", NULL);
+    int applied = 0, present = 0;
+    for (int i = 0; rc == 0 && i < l->n; i++) {
+        const char *vals[1] = { l->v[i].version };
+        if (mexec(c, "SELECT 1 FROM schema_migrations WHERE version = $1", 1, vals,
+                  "reading schema_migrations", &r)) {
+            rc = -1;
+            break;
+        }
+        int done = PQntuples(r) > 0;
+        PQclear(r);
+        if (done) {
+            present++;
+        } else if (apply_migration(c, dir, &l->v[i]) == 0) {
+            applied++;
+        } else {
+            fprintf(stderr, "migrate: stopped after %d applied; the files after %s were not "
+                    "tried\n", applied, l->v[i].name);
+            rc = -1;
+        }
+    }
+    if (rc == 0) printf("migrate: %d applied, %d already present\n", applied, present);
+    fflush(stdout);
+
+    snprintf(sql, sizeof sql, "SELECT pg_advisory_unlock(%lld)", MIGRATE_LOCK_KEY);
+    PQclear(PQexec(c, sql));   /* closing the connection releases it anyway */
+    return rc;
+}
+
+int pg_migrate(const char *conninfo, const char *dir) {
+    if (!conninfo || !*conninfo) {
+        fprintf(stderr, "migrate: database.url is empty; set it in the configuration file or "
+                "with --set database.url=postgresql://user@host/db\n");
+        return -1;
+    }
+    migration_list l = { 0 };
+    if (list_migrations(dir, &l)) return -1;
+    if (l.n == 0) fprintf(stderr, "migrate: no NNNN_*.sql files in %s\n", dir);
+
+    char err[1024];
+    /* No statement timeout: a migration may rewrite a large table or wait for
+     * the lock while another instance migrates. */
+    PGconn *c = connect_session(conninfo, "SET TIME ZONE 'UTC'; SET statement_timeout = 0; "
+                                "SET client_min_messages = warning", 0, err, sizeof err);
+    if (!c) {
+        fprintf(stderr, "migrate: cannot connect to the database: %s\n"
+                "migrate: check database.url, and that PostgreSQL is running and accepts "
+                "this user\n", err);
+        migrations_free(&l);
+        return -1;
+    }
+    int rc = migrate_locked(c, dir, &l);
+    PQfinish(c);
+    migrations_free(&l);
+    return rc;
+}

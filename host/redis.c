@@ -1,0 +1,588 @@
+/*
+ * redis.c — one Redis connection per worker (hiredis, blocking, with
+ * time-outs) and the Lua global `redis`: redis.call, redis.eval_cached and
+ * redis.null (docs/host-api.md).
+ *
+ * Redis only holds what is hot (rate-limit counters, short caches), and
+ * callers fail open when it is gone. So a dead Redis must cost almost
+ * nothing: after an I/O failure the connection is dropped and, until
+ * redis.retry_interval_ms has passed, every call fails at once without
+ * touching the network.
+ */
+#include "sgw.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+
+#include <hiredis/hiredis.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+
+#define DEFAULT_TIMEOUT_MS 250
+#define DEFAULT_RETRY_MS   1000
+#define SCRIPT_CACHE_MAX   64       /* distinct scripts remembered per Lua state */
+#define REPLY_MT           "sgw.redis.reply"
+
+struct sgw_redis {
+    char        *host;
+    int          port;
+    char        *user;              /* NULL: AUTH with the password alone */
+    char        *password;          /* NULL: no AUTH */
+    int          db;                /* 0: no SELECT */
+    char         url_error[128];    /* "" when the URL parsed */
+    int          timeout_ms;
+    int          retry_ms;
+    redisContext *ctx;              /* NULL: not connected */
+    int          failed;            /* 1 after a failure, until a connect works */
+    uint64_t     fail_ms;           /* monotonic time of the last failure */
+    char         msg[256];          /* message of the last failure */
+    atomic_int   healthy;           /* read by the admin thread for /readyz */
+};
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* ------------------------------------------------------------- the URL */
+
+static int hexval(int c)
+{
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* Copies s[0..n) with %XX decoded (passwords may hold reserved characters). */
+static char *pct_decode(const char *s, size_t n)
+{
+    char *out = malloc(n + 1);
+    size_t j = 0;
+    if (out == NULL)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        int hi, lo;
+        if (s[i] == '%' && i + 2 < n && (hi = hexval((unsigned char)s[i + 1])) >= 0 &&
+            (lo = hexval((unsigned char)s[i + 2])) >= 0) {
+            out[j++] = (char)(hi << 4 | lo);
+            i += 2;
+        } else {
+            out[j++] = s[i];
+        }
+    }
+    out[j] = '\0';
+    return out;
+}
+
+/* redis://[[user]:password@]host[:port][/db]. On failure, r->url_error
+ * says why (without the password). */
+static void parse_url(sgw_redis *r, const char *url)
+{
+    const char *p, *at, *hp_end;
+    r->port = 6379;
+    if (url == NULL || strncmp(url, "redis://", 8) != 0) {
+        snprintf(r->url_error, sizeof r->url_error, "redis.url must start with redis://");
+        return;
+    }
+    p = url + 8;
+    /* The last '@' ends the user info, so an unencoded '@' or '/' in a
+     * password still parses. */
+    at = strrchr(p, '@');
+    if (at) {
+        const char *colon = memchr(p, ':', (size_t)(at - p));
+        if (colon) {
+            if (colon > p)
+                r->user = pct_decode(p, (size_t)(colon - p));
+            r->password = pct_decode(colon + 1, (size_t)(at - colon - 1));
+        } else if (at > p) {
+            r->password = pct_decode(p, (size_t)(at - p));
+        }
+        p = at + 1;
+    }
+    hp_end = p + strcspn(p, "/");
+    const char *host_end, *port_start = NULL;
+    const char *host_start = p;
+    if (*p == '[') {                 /* [IPv6]:port */
+        const char *rb = memchr(p, ']', (size_t)(hp_end - p));
+        if (rb == NULL) {
+            snprintf(r->url_error, sizeof r->url_error, "redis.url: unterminated '['");
+            return;
+        }
+        host_start = p + 1;
+        host_end = rb;
+        if (rb + 1 < hp_end) {
+            if (rb[1] != ':') {
+                snprintf(r->url_error, sizeof r->url_error, "redis.url: bad port");
+                return;
+            }
+            port_start = rb + 2;
+        }
+    } else {
+        const char *colon = memchr(p, ':', (size_t)(hp_end - p));
+        host_end = colon ? colon : hp_end;
+        port_start = colon ? colon + 1 : NULL;
+    }
+    if (host_end == host_start) {
+        snprintf(r->url_error, sizeof r->url_error, "redis.url: missing host");
+        return;
+    }
+    if (port_start) {
+        long port = 0;
+        const char *q = port_start;
+        for (; q < hp_end && isdigit((unsigned char)*q) && port <= 65535; q++)
+            port = port * 10 + (*q - '0');
+        if (q != hp_end || q == port_start || port < 1 || port > 65535) {
+            snprintf(r->url_error, sizeof r->url_error, "redis.url: bad port");
+            return;
+        }
+        r->port = (int)port;
+    }
+    r->host = malloc((size_t)(host_end - host_start) + 1);
+    if (r->host == NULL) {
+        snprintf(r->url_error, sizeof r->url_error, "out of memory");
+        return;
+    }
+    memcpy(r->host, host_start, (size_t)(host_end - host_start));
+    r->host[host_end - host_start] = '\0';
+
+    if (*hp_end == '/' && hp_end[1] != '\0') {
+        long db = 0;
+        const char *q = hp_end + 1;
+        for (; isdigit((unsigned char)*q) && db <= INT_MAX / 10; q++)
+            db = db * 10 + (*q - '0');
+        if (*q != '\0' || db > INT_MAX) {
+            snprintf(r->url_error, sizeof r->url_error, "redis.url: bad database number");
+            return;
+        }
+        r->db = (int)db;
+    }
+}
+
+/* ------------------------------------------------------- the connection */
+
+sgw_redis *redis_open(const char *url)
+{
+    sgw_redis *r = calloc(1, sizeof *r);
+    if (r == NULL) {
+        log_msg(LOG_ERROR, "redis_open", "out of memory");
+        abort();
+    }
+    atomic_init(&r->healthy, 0);
+    r->timeout_ms = config_has("redis.timeout_ms") ? (int)config_int("redis.timeout_ms")
+                                                   : DEFAULT_TIMEOUT_MS;
+    r->retry_ms = config_has("redis.retry_interval_ms")
+                      ? (int)config_int("redis.retry_interval_ms") : DEFAULT_RETRY_MS;
+    if (r->timeout_ms <= 0)
+        r->timeout_ms = DEFAULT_TIMEOUT_MS;
+    if (r->retry_ms < 0)
+        r->retry_ms = 0;
+    parse_url(r, url);
+    if (r->url_error[0])
+        log_msg(LOG_ERROR, "redis_config", "%s", r->url_error);
+    return r;
+}
+
+static void drop_secret(char *s)
+{
+    if (s) {
+        OPENSSL_cleanse(s, strlen(s));
+        free(s);
+    }
+}
+
+void redis_close(sgw_redis *r)
+{
+    if (r == NULL)
+        return;
+    if (r->ctx)
+        redisFree(r->ctx);
+    free(r->host);
+    drop_secret(r->user);
+    drop_secret(r->password);
+    free(r);
+}
+
+int redis_healthy(sgw_redis *r)
+{
+    return r != NULL && atomic_load(&r->healthy);
+}
+
+/* Drops the connection and starts the quiet period. msg names the cause. */
+static void fail(sgw_redis *r, const char *kind, const char *what, const char *detail)
+{
+    /* detail may point into the context: format before freeing it */
+    snprintf(r->msg, sizeof r->msg, "redis %s: %s", what, detail ? detail : "failed");
+    if (r->ctx) {
+        redisFree(r->ctx);
+        r->ctx = NULL;
+    }
+    /* Log the start of an outage, not each of the fast failures inside it. */
+    if (!r->failed)
+        log_msg(LOG_WARN, "redis_unavailable", "%s (%s:%d)", r->msg, r->host, r->port);
+    r->failed = 1;
+    r->fail_ms = mono_ms();
+    atomic_store(&r->healthy, 0);
+    char labels[32];
+    snprintf(labels, sizeof labels, "kind=\"%s\"", kind);
+    metrics_count("sgw_redis_errors_total", labels, 1);
+}
+
+/* Runs a setup command (AUTH, SELECT) on a fresh context; 0 ok. */
+static int setup_command(sgw_redis *r, const char *what, int argc, const char **argv)
+{
+    redisReply *rep = redisCommandArgv(r->ctx, argc, argv, NULL);
+    if (rep == NULL) {
+        fail(r, "connect", what, r->ctx->errstr);
+        return -1;
+    }
+    if (rep->type == REDIS_REPLY_ERROR) {
+        fail(r, "connect", what, rep->str);
+        freeReplyObject(rep);
+        return -1;
+    }
+    freeReplyObject(rep);
+    return 0;
+}
+
+/* 0 when r->ctx is usable; else -1 with the reason in *err. */
+static int ensure_connected(sgw_redis *r, const char **err)
+{
+    if (r->ctx)
+        return 0;
+    if (r->url_error[0]) {
+        *err = r->url_error;
+        return -1;
+    }
+    if (r->failed && mono_ms() - r->fail_ms < (uint64_t)r->retry_ms) {
+        metrics_count("sgw_redis_errors_total", "kind=\"unavailable\"", 1);
+        *err = "redis unavailable";
+        return -1;
+    }
+    struct timeval tv = {r->timeout_ms / 1000, (r->timeout_ms % 1000) * 1000};
+    r->ctx = redisConnectWithTimeout(r->host, r->port, tv);
+    if (r->ctx == NULL || r->ctx->err) {
+        fail(r, "connect", "connect", r->ctx ? r->ctx->errstr : "out of memory");
+        *err = r->msg;
+        return -1;
+    }
+    /* Without this a command could block forever on a silent server. */
+    if (redisSetTimeout(r->ctx, tv) != REDIS_OK) {
+        fail(r, "connect", "connect", "cannot set time-out");
+        *err = r->msg;
+        return -1;
+    }
+    redisEnableKeepAlive(r->ctx);
+    if (r->password) {
+        const char *argv[3] = {"AUTH", r->user ? r->user : r->password, r->password};
+        if (setup_command(r, "auth", r->user ? 3 : 2, argv) != 0) {
+            *err = r->msg;
+            return -1;
+        }
+    }
+    if (r->db) {
+        char db[16];
+        snprintf(db, sizeof db, "%d", r->db);
+        const char *argv[2] = {"SELECT", db};
+        if (setup_command(r, "select", 2, argv) != 0) {
+            *err = r->msg;
+            return -1;
+        }
+    }
+    if (r->failed)
+        log_msg(LOG_INFO, "redis_reconnected", "%s:%d", r->host, r->port);
+    r->failed = 0;
+    return 0;
+}
+
+/* Sends one command. Returns the reply (error replies included: the server
+ * answered), or NULL after an I/O failure with the reason in *err. */
+static redisReply *command(sgw_redis *r, int argc, const char **argv,
+                           const size_t *lens, const char **err)
+{
+    if (ensure_connected(r, err) != 0)
+        return NULL;
+    redisReply *rep = redisCommandArgv(r->ctx, argc, argv, lens);
+    if (rep == NULL) {
+        int e = errno;
+        /* hiredis reports a read time-out as EAGAIN's text; say what it is. */
+        const char *detail = r->ctx->err == REDIS_ERR_IO &&
+                                     (e == EAGAIN || e == EWOULDBLOCK)
+                                 ? "timeout" : r->ctx->errstr;
+        fail(r, "io", "i/o", detail);
+        *err = r->msg;
+        return NULL;
+    }
+    atomic_store(&r->healthy, 1);
+    return rep;
+}
+
+int redis_ping(sgw_redis *r)
+{
+    const char *argv[1] = {"PING"}, *err;
+    if (r == NULL)
+        return -1;
+    redisReply *rep = command(r, 1, argv, NULL, &err);
+    if (rep == NULL)
+        return -1;
+    int ok = rep->type == REDIS_REPLY_STATUS && strcmp(rep->str, "PONG") == 0;
+    freeReplyObject(rep);
+    return ok ? 0 : -1;
+}
+
+/* ------------------------------------------------------------------ Lua */
+
+/* A reply held by Lua while it is converted, so that an error raised on the
+ * way (the memory ceiling) still frees it. */
+typedef struct reply_box {
+    redisReply *reply;
+} reply_box;
+
+static int box_gc(lua_State *L)
+{
+    reply_box *b = luaL_checkudata(L, 1, REPLY_MT);
+    if (b->reply) {
+        freeReplyObject(b->reply);
+        b->reply = NULL;
+    }
+    return 0;
+}
+
+static reply_box *push_box(lua_State *L)
+{
+    reply_box *b = lua_newuserdatauv(L, sizeof *b, 0);
+    b->reply = NULL;
+    luaL_setmetatable(L, REPLY_MT);
+    return b;
+}
+
+static void box_set(reply_box *b, redisReply *rep)
+{
+    if (b->reply)
+        freeReplyObject(b->reply);
+    b->reply = rep;
+}
+
+static void push_reply(lua_State *L, const redisReply *rep)
+{
+    luaL_checkstack(L, 4, "redis reply too deep");
+    switch (rep->type) {
+    case REDIS_REPLY_STRING:
+    case REDIS_REPLY_STATUS:
+        lua_pushlstring(L, rep->str, rep->len);
+        break;
+    case REDIS_REPLY_INTEGER:
+        lua_pushinteger(L, (lua_Integer)rep->integer);
+        break;
+    case REDIS_REPLY_ARRAY: {
+        int n = rep->elements > INT_MAX ? INT_MAX : (int)rep->elements;
+        lua_createtable(L, n, 0);
+        for (int i = 0; i < n; i++) {
+            push_reply(L, rep->element[i]);
+            lua_rawseti(L, -2, i + 1);
+        }
+        break;
+    }
+    case REDIS_REPLY_ERROR:
+        /* Only inside arrays (EXEC, scripts): keep the position, mark it
+         * as an error the way Redis's own Lua does. */
+        lua_createtable(L, 0, 1);
+        lua_pushlstring(L, rep->str, rep->len);
+        lua_setfield(L, -2, "err");
+        break;
+    default:                         /* NIL */
+        lua_pushlightuserdata(L, NULL);
+        break;
+    }
+}
+
+/* Pushes the Lua result(s) of a reply: value, or nil and message. */
+static int push_result(lua_State *L, reply_box *b)
+{
+    const redisReply *rep = b->reply;
+    int nres = 1;
+    if (rep->type == REDIS_REPLY_ERROR) {
+        lua_pushnil(L);
+        lua_pushlstring(L, rep->str, rep->len);
+        nres = 2;
+    } else {
+        push_reply(L, rep);
+    }
+    box_set(b, NULL);
+    return nres;
+}
+
+static int io_failure(lua_State *L, const char *err)
+{
+    lua_pushnil(L);
+    lua_pushstring(L, err);
+    return 2;
+}
+
+/* Checks arguments first..last (strings or numbers) and fills argv/lens
+ * from index `at` on. */
+static void collect_args(lua_State *L, int first, int last, const char **argv,
+                         size_t *lens, int at)
+{
+    for (int i = first; i <= last; i++, at++) {
+        int t = lua_type(L, i);
+        if (t != LUA_TSTRING && t != LUA_TNUMBER)
+            luaL_argerror(L, i, "string or number expected");
+        /* converts numbers in place; the stack slot keeps the text alive */
+        argv[at] = lua_tolstring(L, i, &lens[at]);
+    }
+}
+
+/* Allocates argv and lens for n arguments as one collected userdata. */
+static void alloc_args(lua_State *L, int n, const char ***argv, size_t **lens)
+{
+    void *mem = lua_newuserdatauv(L, (size_t)n * (sizeof(char *) + sizeof(size_t)), 0);
+    *lens = mem;
+    *argv = (const char **)((size_t *)mem + n);
+}
+
+static sgw_redis *worker_redis(lua_State *L)
+{
+    sgw_worker *w = lua_touserdata(L, lua_upvalueindex(1));
+    return w ? w->redis : NULL;
+}
+
+static int l_call(lua_State *L)
+{
+    int n = lua_gettop(L);
+    luaL_checkstring(L, 1);
+    const char **argv;
+    size_t *lens;
+    alloc_args(L, n, &argv, &lens);
+    collect_args(L, 1, n, argv, lens, 0);
+    sgw_redis *r = worker_redis(L);
+    if (r == NULL)
+        return io_failure(L, "redis not configured");
+    reply_box *b = push_box(L);
+    const char *err;
+    redisReply *rep = command(r, n, argv, lens, &err);
+    if (rep == NULL)
+        return io_failure(L, err);
+    box_set(b, rep);
+    return push_result(L, b);
+}
+
+static void sha1_hex(const char *s, size_t n, char out[41])
+{
+    static const char hex[] = "0123456789abcdef";
+    unsigned char md[20];
+    unsigned int len = sizeof md;
+    if (EVP_Digest(s, n, md, &len, EVP_sha1(), NULL) != 1)
+        abort();                     /* only when the library itself is broken */
+    for (int i = 0; i < 20; i++) {
+        out[2 * i] = hex[md[i] >> 4];
+        out[2 * i + 1] = hex[md[i] & 15];
+    }
+    out[40] = '\0';
+}
+
+/* The SHA1 of the script at index 1, from the cache in upvalue 2 (keyed by
+ * the script's text, so no pointer can go stale; Lua hashes a long string
+ * once). Upvalue 3 counts entries; the cache starts over when full. */
+static const char *script_sha(lua_State *L, size_t *len)
+{
+    lua_pushvalue(L, 1);
+    if (lua_rawget(L, lua_upvalueindex(2)) == LUA_TSTRING)
+        return lua_tolstring(L, -1, len);
+    lua_pop(L, 1);
+    size_t slen;
+    const char *src = lua_tolstring(L, 1, &slen);
+    char hex[41];
+    sha1_hex(src, slen, hex);
+    lua_Integer count = lua_tointeger(L, lua_upvalueindex(3));
+    if (count >= SCRIPT_CACHE_MAX) {
+        lua_newtable(L);
+        lua_replace(L, lua_upvalueindex(2));
+        count = 0;
+    }
+    lua_pushvalue(L, 1);
+    lua_pushlstring(L, hex, 40);
+    lua_rawset(L, lua_upvalueindex(2));
+    lua_pushinteger(L, count + 1);
+    lua_replace(L, lua_upvalueindex(3));
+    lua_pushlstring(L, hex, 40);
+    return lua_tolstring(L, -1, len);
+}
+
+static int l_eval_cached(lua_State *L)
+{
+    int n = lua_gettop(L);
+    luaL_checktype(L, 1, LUA_TSTRING);
+    lua_Integer nkeys = luaL_checkinteger(L, 2);
+    luaL_argcheck(L, nkeys >= 0 && nkeys <= n - 2, 2, "nkeys out of range");
+    const char **argv;
+    size_t *lens;
+    int argc = n + 1;                /* EVALSHA sha nkeys args... */
+    size_t shalen;
+    const char *sha = script_sha(L, &shalen);
+    alloc_args(L, argc, &argv, &lens);
+    argv[0] = "EVALSHA";
+    lens[0] = 7;
+    argv[1] = sha;
+    lens[1] = shalen;
+    collect_args(L, 2, n, argv, lens, 2);
+    sgw_redis *r = worker_redis(L);
+    if (r == NULL)
+        return io_failure(L, "redis not configured");
+    reply_box *b = push_box(L);
+    const char *err;
+    redisReply *rep = command(r, argc, argv, lens, &err);
+    if (rep == NULL)
+        return io_failure(L, err);
+    box_set(b, rep);
+    if (rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "NOSCRIPT", 8) == 0) {
+        /* This server has not seen the script (new server, SCRIPT FLUSH):
+         * load it and try once more. */
+        const char *load[3] = {"SCRIPT", "LOAD", NULL};
+        size_t loadlens[3] = {6, 4, 0};
+        load[2] = lua_tolstring(L, 1, &loadlens[2]);
+        rep = command(r, 3, load, loadlens, &err);
+        if (rep == NULL)
+            return io_failure(L, err);
+        box_set(b, rep);
+        if (rep->type == REDIS_REPLY_ERROR)
+            return push_result(L, b);
+        rep = command(r, argc, argv, lens, &err);
+        if (rep == NULL)
+            return io_failure(L, err);
+        box_set(b, rep);
+    }
+    return push_result(L, b);
+}
+
+void lapi_redis_open(lua_State *L, sgw_worker *w)
+{
+    if (luaL_newmetatable(L, REPLY_MT)) {
+        lua_pushcfunction(L, box_gc);
+        lua_setfield(L, -2, "__gc");
+        lua_pushliteral(L, "redis reply");
+        lua_setfield(L, -2, "__metatable");
+    }
+    lua_pop(L, 1);
+
+    lua_createtable(L, 0, 3);
+    lua_pushlightuserdata(L, w);
+    lua_pushcclosure(L, l_call, 1);
+    lua_setfield(L, -2, "call");
+    lua_pushlightuserdata(L, w);
+    lua_newtable(L);                 /* script -> sha1 */
+    lua_pushinteger(L, 0);
+    lua_pushcclosure(L, l_eval_cached, 3);
+    lua_setfield(L, -2, "eval_cached");
+    lua_pushlightuserdata(L, NULL);
+    lua_setfield(L, -2, "null");
+    lua_setglobal(L, "redis");
+}

@@ -1,0 +1,282 @@
+/*
+ * sgw.h — the shared declarations of the sgw host.
+ *
+ * Each concern lives in its own file (config.c, http.c, router.c, worker.c,
+ * luart.c, pg.c, redis.c, httpc.c, crypto.c, jobs.c, log.c, metrics.c,
+ * admin.c, main.c); this header is the one place where they meet. The host
+ * knows nothing of posts or comments: that is Lua's business.
+ */
+#ifndef SGW_H
+#define SGW_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdatomic.h>
+
+#include <lua.h>
+#include <lauxlib.h>
+#include <lualib.h>
+
+#define SGW_VERSION "0.1.0"
+
+/* ------------------------------------------------------------------ config.c
+ * Flat "key = value" settings. config/sgw.conf declares every key with its
+ * default; the type of the default (integer, number, boolean, string) is the
+ * key's type. Unknown keys and values of the wrong type are refused with a
+ * message that names the key. */
+int         config_load_file(const char *path, int defaults, char *err, size_t errlen);
+int         config_set(const char *key, const char *value, char *err, size_t errlen);
+int         config_has(const char *key);
+const char *config_str(const char *key);       /* "" when unset */
+long long   config_int(const char *key);
+double      config_num(const char *key);
+int         config_bool(const char *key);
+void        config_free(void);
+/* Global `config`: config.get(key) -> typed value or nil. */
+void        lapi_config_open(lua_State *L);
+
+/* --------------------------------------------------------------------- log.c
+ * One JSON object per line on stderr. Field values are escaped; callers
+ * never pass secrets. */
+typedef enum { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR } sgw_log_level;
+void log_msg(sgw_log_level level, const char *event, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Writes one already-built JSON line (without newline) atomically. */
+void log_line(const char *json, size_t len);
+/* Starts a line: writes {"time":"..." into buf; returns its length. */
+size_t log_begin(char *buf, size_t cap);
+void log_set_level(sgw_log_level level);
+/* Appends s as a JSON string literal (with quotes) to buf; returns new length
+ * or cap when truncated. */
+size_t json_escape(char *buf, size_t len, size_t cap, const char *s, size_t slen);
+/* Global `log`: log.info(event, fields), log.warn, log.error, log.debug. */
+void lapi_log_open(lua_State *L);
+
+/* ----------------------------------------------------------------- clock.c
+ * Wall clock in seconds (with a fraction) plus an offset that tests may move
+ * when `clock.allow_control` is true. Monotonic milliseconds for durations. */
+double   clock_now(void);
+void     clock_advance(double seconds);
+double   clock_offset(void);
+uint64_t clock_mono_ms(void);
+/* Global `clock`: clock.now() (unix seconds, float), clock.iso(t?)
+ * (RFC 3339 UTC with milliseconds), clock.mono_ms(). */
+void     lapi_clock_open(lua_State *L);
+
+/* -------------------------------------------------------------- crypto.c */
+int  crypto_random(void *buf, size_t n);                  /* 0 ok */
+void crypto_random_base62(char *out, size_t n);          /* n chars + NUL */
+/* Global `crypto`: sha256, sha256_hex, hmac_sha256, random_bytes,
+ * random_token, constant_eq, base64_encode/decode, base64url_encode/decode,
+ * hex, aes_gcm_encrypt/decrypt, argon2id_hash/verify (see docs/host-api.md). */
+void lapi_crypto_open(lua_State *L);
+
+/* ----------------------------------------------------------------- worker
+ * A worker is one thread with its own Lua state and its own connections. */
+typedef struct sgw_pg    sgw_pg;
+typedef struct sgw_redis sgw_redis;
+typedef struct sgw_httpc sgw_httpc;
+typedef struct sgw_gen   sgw_gen;
+
+typedef struct sgw_worker {
+    int         id;
+    const char *role;        /* "http", "job", "cli", "check" */
+    lua_State  *L;           /* owned: replaced at generation switches */
+    sgw_gen    *gen;         /* the generation L was built from (a reference) */
+    sgw_pg     *pg;          /* owned; NULL when database.url is empty */
+    sgw_redis  *redis;       /* owned; NULL when redis.url is empty */
+    sgw_httpc  *httpc;       /* owned by job workers; NULL: outbound calls block */
+} sgw_worker;
+
+/* ------------------------------------------------------------------- pg.c
+ * One connection per worker (the per-process pool is the set of workers),
+ * reconnecting on use after a failure. */
+sgw_pg *pg_open(const char *conninfo);             /* never NULL; connects lazily */
+void    pg_close(sgw_pg *pg);
+int     pg_ping(sgw_pg *pg);                       /* 0 when the server answers */
+/* After every request or job: roll back a transaction left open. */
+void    pg_reset_session(sgw_pg *pg);
+/* `sgw migrate`: apply migrations/NNNN_*.sql in order, each once, each in a
+ * transaction, under an advisory lock. Prints progress; 0 ok. */
+int     pg_migrate(const char *conninfo, const char *dir);
+/* Global `db` (see docs/host-api.md): db.query, db.exec, db.transaction,
+ * db.in_transaction, db.null. */
+void    lapi_db_open(lua_State *L, sgw_worker *w);
+/* For the admin listener and the job runner, which run SQL of their own. */
+struct pg_conn;
+struct pg_conn *pg_raw(sgw_pg *pg);                /* PGconn*, connected or NULL */
+
+/* ----------------------------------------------------------------- redis.c */
+sgw_redis *redis_open(const char *url);            /* never NULL; connects lazily */
+int        redis_healthy(sgw_redis *r);            /* 1 when the last command succeeded */
+void       redis_close(sgw_redis *r);
+int        redis_ping(sgw_redis *r);               /* 0 when the server answers */
+/* Global `redis`: redis.call(cmd, ...), redis.eval_cached(src, nkeys, ...) */
+void       lapi_redis_open(lua_State *L, sgw_worker *w);
+
+/* ----------------------------------------------------------------- httpc.c
+ * Outbound HTTP over libcurl. Inside a yieldable coroutine of a job worker,
+ * http.request yields and the job runner drives many transfers at once with
+ * httpc_poll; elsewhere it blocks. */
+sgw_httpc *httpc_new(int max_concurrent);
+void       httpc_free(sgw_httpc *h);
+int        httpc_active(sgw_httpc *h);            /* transfers under way */
+/* Runs transfers for up to timeout_ms; for each finished one, pushes its
+ * results on the waiting coroutine and calls on_ready(co, nresults, ud). */
+void       httpc_poll(sgw_httpc *h, int timeout_ms,
+                      void (*on_ready)(lua_State *co, int nres, void *ud), void *ud);
+/* Global `http`: http.request{method,url,headers,body,timeout} */
+void       lapi_http_open(lua_State *L, sgw_worker *w);
+int        httpc_global_init(void);
+void       httpc_global_cleanup(void);
+
+/* ----------------------------------------------------------------- router.c
+ * Routes come from handlers/routes.lua; the host matches them so that it
+ * knows a route's body limit before reading a body. */
+typedef struct sgw_route {
+    char   *method;          /* "GET", ... */
+    char   *pattern;         /* "/api/v1/posts/{id}" */
+    char  **segments;        /* split pattern; "{x}" marks a parameter */
+    int     nsegments;
+    char   *handler;         /* module under handlers/, e.g. "api/posts_create" */
+    size_t  max_body;        /* bytes */
+    int     raw_body;        /* 1: the body is any media type (uploads, webhooks) */
+} sgw_route;
+
+typedef struct sgw_param { char *name; char *value; } sgw_param;
+
+typedef struct sgw_match {
+    int        route;        /* index into routes, or -1 */
+    int        status;       /* 0 matched, 404, or 405 */
+    char       allow[128];   /* for 405 */
+    sgw_param  params[8];
+    int        nparams;
+} sgw_match;
+
+typedef struct sgw_routes {
+    sgw_route *v;
+    int        n;
+} sgw_routes;
+
+/* Reads the routes table on top of L into out; 0 ok, else message in err. */
+int  routes_from_lua(lua_State *L, sgw_routes *out, char *err, size_t errlen);
+void routes_free(sgw_routes *r);
+void routes_match(const sgw_routes *r, const char *method, const char *path, sgw_match *m);
+void match_free(sgw_match *m);
+
+/* ----------------------------------------------------------------- luart.c
+ * Lua runtime: generations of handlers/ and lib/, sandboxed module loading,
+ * memory ceilings and instruction/time budgets. */
+struct sgw_gen {
+    uint64_t      id;
+    atomic_int    refs;
+    char         *root;          /* directory holding handlers/ and lib/ */
+    struct src_file { char *name; char *code; size_t len; } *files;
+    int           nfiles;
+    sgw_routes    routes;
+};
+
+int      luart_init(const char *root, char *err, size_t errlen);  /* generation 1 */
+void     luart_shutdown(void);
+/* Builds and checks a new generation; on failure the current one stays and
+ * err says why. 0 ok. Thread-safe. */
+int      luart_reload(char *err, size_t errlen);
+sgw_gen *luart_current(void);            /* a new reference */
+/* The current generation through a per-thread reference (do not release);
+ * valid until this thread calls it again. */
+sgw_gen *luart_current_cached(void);
+void     luart_release(sgw_gen *g);
+uint64_t luart_generation_id(void);
+uint64_t luart_reload_failures(void);
+const char *luart_last_error(void);      /* "" when the last reload succeeded; copy under lock */
+void     luart_last_error_copy(char *buf, size_t n);
+/* Makes w->L a state of the current generation (creating or replacing it);
+ * 0 ok. Called at request/job boundaries: cheap when nothing changed. */
+int      luart_refresh(sgw_worker *w, char *err, size_t errlen);
+void     luart_close_state(sgw_worker *w);
+/* Calls the function under the arguments on L's stack with the handler
+ * budget (instruction/time) armed. On error, leaves a message with traceback
+ * on the stack and returns the lua status. Works for coroutines too. */
+int      luart_call(lua_State *L, int nargs, int nresults, double budget_ms);
+/* For coroutines that run in slices (jobs): arms a deadline for L's thread. */
+void     luart_arm_budget(lua_State *co, double budget_ms);
+int      luart_resume(lua_State *co, lua_State *from, int nargs, int *nres);
+/* Requires module `name` in w->L and leaves it on the stack; 0 ok. */
+int      luart_require(lua_State *L, const char *name, char *err, size_t errlen);
+
+/* ----------------------------------------------------------------- http.c
+ * The public listener (libmicrohttpd) and the request record handed to
+ * workers. */
+typedef struct sgw_kv { char *name; char *value; } sgw_kv;
+
+typedef struct sgw_request {
+    char        id[40];          /* req_... */
+    uint64_t    start_ms;
+    char       *method;
+    char       *path;
+    sgw_kv     *headers;  int nheaders;   /* names lower-cased */
+    sgw_kv     *query;    int nquery;
+    char       *body;     size_t body_len; size_t body_cap;
+    size_t      max_body;
+    int         body_too_large;
+    char        remote_addr[64];
+    uint64_t    gen_id;          /* generation the match was made in */
+    sgw_match   match;
+    char       *route_pattern;   /* for logs and metrics; NULL when unmatched */
+    int         early_status;    /* 0, or 404/405/413/431/400 decided by the host */
+    /* filled by the worker */
+    int         status;
+    sgw_kv     *resp_headers; int nresp_headers;
+    char       *resp_body;  size_t resp_len;
+    char       *client_id;       /* for the log line, set by Lua */
+    void       *conn;            /* struct MHD_Connection * */
+    void       *response;        /* struct MHD_Response *, ready to queue */
+    struct sgw_request *next;    /* worker queue link */
+} sgw_request;
+
+struct sockaddr_storage;
+/* Parses "host:port", "[v6]:port" or ":port"; 0 ok. */
+int  http_parse_listen(const char *s, struct sockaddr_storage *out, unsigned int *len);
+int  http_start(void);            /* public listener on http.listen */
+void http_quiesce(void);          /* stop accepting */
+int  http_inflight(void);
+void http_stop(void);
+/* Called by a worker when req->status/resp_* are filled. */
+void http_complete(sgw_request *req);
+
+/* ---------------------------------------------------------------- worker.c */
+int  workers_start(int n);
+void workers_enqueue(sgw_request *req);
+void workers_stop(void);
+int  workers_queue_depth(void);
+/* Opens connections and the Lua state of a worker; 0 ok. */
+int  worker_init(sgw_worker *w, int id, const char *role, char *err, size_t errlen);
+void worker_destroy(sgw_worker *w);
+
+/* ------------------------------------------------------------------ jobs.c
+ * Durable job queue in PostgreSQL with Lua handlers in handlers/jobs/ and
+ * periodic timers from handlers/timers.lua. */
+int  jobs_start(int nworkers);
+/* Counts pending and dead jobs (for /metrics); 0 ok. */
+int  jobs_queue_depth(sgw_pg *pg, long long *pending, long long *dead);
+void jobs_stop(void);
+void jobs_wake(void);
+
+/* --------------------------------------------------------------- metrics.c */
+void metrics_request(const char *route, const char *method, int status, double seconds);
+void metrics_count(const char *name, const char *labels, double delta); /* counters */
+void metrics_gauge(const char *name, const char *labels, double value);
+/* Appends Prometheus text to a malloc'd buffer; caller frees. */
+char *metrics_render(size_t *len);
+/* Global `metrics`: metrics.inc(name, labels_table?, delta?) */
+void lapi_metrics_open(lua_State *L);
+
+/* ----------------------------------------------------------------- admin.c */
+int  admin_start(void);
+void admin_stop(void);
+
+/* ------------------------------------------------------------------ main.c */
+extern atomic_int sgw_shutting_down;
+extern atomic_int sgw_reload_requested;
+
+#endif

@@ -1,0 +1,59 @@
+-- jobs.lua — enqueueing durable jobs.
+--
+-- A job is a row of the jobs table that the host's job workers (host/jobs.c)
+-- claim and run with handlers/jobs/<kind>.lua. Enqueueing goes through the
+-- caller's database connection, so inside db.transaction the job exists
+-- exactly when the change that asked for it commits; the NOTIFY that wakes
+-- the workers is delivered at that commit too.
+local M = {}
+
+-- jobs.enqueue(kind, payload, opts) -> id | nil, err
+-- opts: run_at (unix seconds, by clock.now()), delay (seconds),
+-- max_attempts (default jobs.max_attempts).
+function M.enqueue(kind, payload, opts)
+  if type(kind) ~= "string" or not kind:match("^[a-z0-9_.]+$") then
+    error("jobs.enqueue: kind must match [a-z0-9_.]+", 2)
+  end
+  if payload ~= nil and type(payload) ~= "table" then
+    error("jobs.enqueue: payload must be a table", 2)
+  end
+  if opts ~= nil and type(opts) ~= "table" then
+    error("jobs.enqueue: opts must be a table", 2)
+  end
+  opts = opts or {}
+
+  -- run_at is on the clock handlers see (which tests may move); the row
+  -- stores the database's time, so convert through a delay.
+  local delay = 0
+  if opts.run_at ~= nil then
+    if type(opts.run_at) ~= "number" then error("jobs.enqueue: run_at must be a number", 2) end
+    delay = opts.run_at - clock.now()
+  elseif opts.delay ~= nil then
+    if type(opts.delay) ~= "number" then error("jobs.enqueue: delay must be a number", 2) end
+    delay = opts.delay
+  end
+  if delay < 0 then delay = 0 end
+
+  local max_attempts = opts.max_attempts
+  if max_attempts == nil then
+    max_attempts = config.get("jobs.max_attempts") or 10
+  end
+  if math.type(max_attempts) ~= "integer" or max_attempts < 1 then
+    error("jobs.enqueue: max_attempts must be a positive integer", 2)
+  end
+
+  local rows, err = db.query(
+    "INSERT INTO jobs (kind, payload, run_at, max_attempts) "
+      .. "VALUES ($1, $2, now() + make_interval(secs => $3), $4) RETURNING id",
+    kind, payload or {}, delay, max_attempts)
+  if not rows then
+    return nil, err
+  end
+  local ok, nerr = db.exec("NOTIFY sgw_jobs")
+  if not ok then
+    return nil, nerr
+  end
+  return rows[1].id
+end
+
+return M
