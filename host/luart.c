@@ -66,8 +66,10 @@ static void budget_hook(lua_State *L, lua_Debug *ar) {
     (void)ar;
     uint64_t d = *deadline_of(L);
     if (d && clock_mono_ms() > d) {
-        /* Keep raising on every count so that a handler's own pcall cannot
-         * swallow the error and go on looping. */
+        /* From now on raise at every instruction, so that a handler's own
+         * pcall cannot swallow the error and carry on looping: the error
+         * surfaces again in whichever frame runs next. */
+        lua_sethook(L, budget_hook, LUA_MASKCOUNT, 1);
         luaL_error(L, "handler exceeded its time budget (lua.handler_budget_ms)");
     }
 }
@@ -94,6 +96,7 @@ int luart_call(lua_State *L, int nargs, int nresults, double budget_ms) {
     luart_arm_budget(L, budget_ms);
     int rc = lua_pcall(L, nargs, nresults, base);
     *deadline_of(L) = 0;
+    lua_sethook(L, NULL, 0, 0);
     lua_remove(L, base);
     return rc;
 }

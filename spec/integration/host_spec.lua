@@ -1,0 +1,349 @@
+-- The host foundation against the real stack: routing and bad input as
+-- problem documents, handler faults contained, hot reload under load, drain
+-- on SIGTERM, configuration errors that name the key.
+local stack = require "stack"
+local fixture_root = require "fixture_root"
+local cjson = require "cjson.safe"
+
+local function problem_of(status, body, headers)
+  assert.is_truthy(headers["x-request-id"], "every response carries X-Request-Id")
+  assert.matches("^req_", headers["x-request-id"])
+  assert.are.equal("application/problem+json", headers["content-type"])
+  local p = assert(cjson.decode(body), "problem body is JSON")
+  assert.are.equal(status, p.status)
+  assert.are.equal("/docs/errors#" .. p.code, p.type)
+  assert.are.equal(headers["x-request-id"], p.requestId)
+  assert.is_string(p.title)
+  return p
+end
+
+describe("host", function()
+  local sgw, root
+
+  setup(function()
+    root = fixture_root.create("host")
+    sgw = stack.start_sgw {
+      name = "host",
+      set = {
+        ["lua.root"] = root,
+        ["lua.handler_budget_ms"] = 300,
+        ["lua.memory_limit_mb"] = 48,
+        ["http.max_body_bytes"] = 4096,
+        ["http.workers"] = 4,
+      },
+    }
+  end)
+
+  teardown(function() stack.cleanup() end)
+
+  describe("routing", function()
+    it("passes path parameters, query and JSON body to the handler", function()
+      local status, body, headers = sgw:json("POST", "/test/items/it_1/notes/n%202?a=1&b=x", {
+        body = { hello = "world" },
+      })
+      assert.are.equal(201, status)
+      assert.are.same({ itemId = "it_1", noteId = "n 2" }, body.params)
+      assert.are.same({ a = "1", b = "x" }, body.query)
+      assert.are.same({ hello = "world" }, body.body)
+      assert.matches("^req_", headers["x-request-id"])
+    end)
+
+    it("answers 404 for unknown paths as a problem document", function()
+      local status, body, headers = sgw:request("GET", "/api/v1/nothing-here")
+      assert.are.equal(404, status)
+      assert.are.equal("not_found", problem_of(404, body, headers).code)
+    end)
+
+    it("answers 405 with Allow for a known path and the wrong method", function()
+      local status, body, headers = sgw:request("DELETE", "/api/v1/openapi.json")
+      assert.are.equal(405, status)
+      assert.are.equal("GET", headers["allow"])
+      assert.are.equal("method_not_allowed", problem_of(405, body, headers).code)
+    end)
+
+    it("gives every request its own id", function()
+      local _, _, h1 = sgw:request("GET", "/api/v1/openapi.json")
+      local _, _, h2 = sgw:request("GET", "/api/v1/openapi.json")
+      assert.are_not.equal(h1["x-request-id"], h2["x-request-id"])
+    end)
+
+    it("serves the OpenAPI 3.1 document", function()
+      local status, doc = sgw:json("GET", "/api/v1/openapi.json")
+      assert.are.equal(200, status)
+      assert.are.equal("3.1.0", doc.openapi)
+      assert.is_table(doc.paths["/api/v1/openapi.json"])
+    end)
+  end)
+
+  describe("bad input", function()
+    it("refuses a body that is not JSON with 415", function()
+      local status, body, headers = sgw:request("POST", "/test/items/a/notes/b", {
+        headers = { ["Content-Type"] = "text/plain" }, body = "hello",
+      })
+      assert.are.equal(415, status)
+      assert.are.equal("unsupported_media_type", problem_of(415, body, headers).code)
+    end)
+
+    it("refuses malformed JSON with 400 invalid_json", function()
+      local status, body, headers = sgw:request("POST", "/test/items/a/notes/b", {
+        headers = { ["Content-Type"] = "application/json" }, body = '{"a": ',
+      })
+      assert.are.equal(400, status)
+      assert.are.equal("invalid_json", problem_of(400, body, headers).code)
+    end)
+
+    it("refuses a body over the limit from its Content-Length with 413", function()
+      local status, body, headers = sgw:request("POST", "/test/items/a/notes/b", {
+        headers = { ["Content-Type"] = "application/json" }, body = string.rep(" ", 5000) .. "{}",
+      })
+      assert.are.equal(413, status)
+      assert.are.equal("payload_too_large", problem_of(413, body, headers).code)
+    end)
+
+    it("refuses a chunked body that grows past the limit with 413", function()
+      local code, out = stack.sh("head -c 200000 /dev/zero | curl -s -o /dev/null -w '%{http_code}' "
+        .. "-X POST -H 'Content-Type: application/json' -H 'Transfer-Encoding: chunked' -H 'Expect:' "
+        .. "--data-binary @- " .. sgw.base_url .. "/test/items/a/notes/b")
+      assert.are.equal(0, code)
+      assert.are.equal("413", out)
+    end)
+
+    it("refuses oversized headers with 431", function()
+      local status, body, headers = sgw:request("GET", "/api/v1/openapi.json", {
+        headers = { ["X-Padding"] = string.rep("a", 20000) },
+      })
+      assert.are.equal(431, status)
+      assert.are.equal("request_header_fields_too_large", problem_of(431, body, headers).code)
+    end)
+
+    it("cuts off a client that stops sending", function()
+      -- Announces 100 bytes, sends 10, then waits: the connection must not be
+      -- held forever, and the server keeps serving others meanwhile.
+      local socket = require "socket"
+      local c = assert(socket.tcp())
+      c:settimeout(5)
+      assert(c:connect("127.0.0.1", sgw.http_port))
+      c:send("POST /test/items/a/notes/b HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        .. "Content-Length: 100\r\n\r\n{\"a\":1,   ")
+      local status = sgw:request("GET", "/api/v1/openapi.json")
+      assert.are.equal(200, status)
+      c:close()
+    end)
+  end)
+
+  describe("handler faults", function()
+    it("turns an error into a 500 problem without internals and logs the traceback", function()
+      local status, body, headers = sgw:request("GET", "/test/boom")
+      assert.are.equal(500, status)
+      local p = problem_of(500, body, headers)
+      assert.are.equal("internal_error", p.code)
+      assert.is_nil(body:find("boom", 1, true), "the cause does not leak into the answer")
+      stack.eventually(function()
+        return sgw:log():find(headers["x-request-id"], 1, true) and sgw:log():find("boom: a fixture", 1, true)
+      end, 5, 0.1, "traceback logged with the request id")
+      assert.truthy(sgw:log():find("handlers/test/boom.lua", 1, true), "the log names the file")
+    end)
+
+    it("stops an endless loop at the time budget and keeps serving", function()
+      local status, body, headers = sgw:request("GET", "/test/loop")
+      assert.are.equal(500, status)
+      problem_of(500, body, headers)
+      status = sgw:request("GET", "/test/loop?sneaky=1")
+      assert.are.equal(500, status)
+      assert.are.equal(200, (sgw:request("GET", "/test/version")))
+    end)
+
+    it("stops a handler at the memory ceiling and keeps serving", function()
+      local status, body, headers = sgw:request("GET", "/test/hog")
+      assert.are.equal(500, status)
+      problem_of(500, body, headers)
+      for _ = 1, 10 do
+        assert.are.equal(200, (sgw:request("GET", "/test/version")))
+      end
+    end)
+  end)
+
+  describe("hot reload", function()
+    it("reloads 20 times under load, refuses a broken edit, and not one request fails", function()
+      local version_file = root .. "/handlers/test/version.lua"
+      local script = stack.build_dir() .. "/test-roots/reload-wrk.lua"
+      fixture_root.write(script, [[
+done = function(summary, latency, requests)
+  io.write(string.format("RESULT requests=%d non2xx=%d connect=%d read=%d write=%d timeout=%d status=%d\n",
+    summary.requests, summary.errors.status, summary.errors.connect, summary.errors.read,
+    summary.errors.write, summary.errors.timeout, summary.errors.status))
+end
+]])
+      local out_file = stack.build_dir() .. "/test-roots/reload-wrk.out"
+      os.remove(out_file)
+      local code = stack.sh("(wrk -t2 -c16 -d8s --timeout 5s -s " .. stack.shell_quote(script) .. " "
+        .. sgw.base_url .. "/test/version > " .. stack.shell_quote(out_file) .. " 2>&1 &)")
+      assert.are.equal(0, code)
+      stack.sleep(0.5)
+
+      local refused_seen = false
+      for i = 1, 20 do
+        if i == 10 then
+          fixture_root.write(version_file, "return function() return 200, { version = 'broken' \n")
+          local rc, out = sgw:reload()
+          assert.are_not.equal(0, rc, "a broken edit is refused")
+          assert.truthy(out:find("version.lua", 1, true), "the refusal names the file: " .. out)
+          local _, ready = sgw:admin("GET", "/readyz")
+          assert.truthy(ready:find("version.lua", 1, true), "/readyz shows the reload error")
+          local _, metrics = sgw:admin("GET", "/metrics")
+          assert.truthy(metrics:find("sgw_handlers_last_reload_failed 1", 1, true))
+          refused_seen = true
+        end
+        fixture_root.write(version_file, "return function() return 200, { version = 'v" .. i .. "' } end\n")
+        local rc, out = sgw:reload()
+        assert.are.equal(0, rc, out)
+        stack.sleep(0.3)
+      end
+      assert.is_true(refused_seen)
+
+      local result
+      stack.eventually(function()
+        local f = io.open(out_file)
+        if not f then return false end
+        local text = f:read("a")
+        f:close()
+        result = text:match("RESULT [^\n]+")
+        return result ~= nil
+      end, 20, 0.2, "wrk finished")
+      local requests = tonumber(result:match("requests=(%d+)"))
+      assert.is_true(requests > 1000, "load ran: " .. result)
+      for _, field in ipairs { "non2xx", "connect", "read", "write", "timeout" } do
+        assert.are.equal("0", result:match(field .. "=(%d+)"), field .. " errors: " .. result)
+      end
+
+      local _, body = sgw:json("GET", "/test/version")
+      assert.are.equal("v20", body.version)
+      local _, ready = sgw:admin("GET", "/readyz")
+      local r = cjson.decode(ready)
+      assert.are.equal(cjson.null, r.checks.handlers.lastReloadError)
+      assert.is_true(r.checks.handlers.generation >= 21)
+    end)
+
+    it("reloads on SIGHUP", function()
+      local version_file = root .. "/handlers/test/version.lua"
+      fixture_root.write(version_file, "return function() return 200, { version = 'hup' } end\n")
+      sgw:signal("HUP")
+      stack.eventually(function()
+        local _, body = sgw:json("GET", "/test/version")
+        return body and body.version == "hup"
+      end, 5, 0.1, "SIGHUP reload")
+    end)
+  end)
+
+  describe("operations", function()
+    it("answers /healthz, /readyz and /metrics on the admin listener", function()
+      assert.are.equal(200, (sgw:admin("GET", "/healthz")))
+      local status, ready = sgw:admin("GET", "/readyz")
+      assert.are.equal(200, status)
+      local r = cjson.decode(ready)
+      assert.are.equal("ok", r.checks.database)
+      assert.are.equal("ok", r.checks.redis)
+      local _, metrics = sgw:admin("GET", "/metrics")
+      assert.truthy(metrics:find('sgw_http_requests_total{method="GET",route="/api/v1/openapi.json",status="200"}', 1, true)
+        or metrics:find('route="/api/v1/openapi.json"', 1, true))
+      assert.truthy(metrics:find("sgw_http_request_duration_seconds_bucket", 1, true))
+      assert.truthy(metrics:find("sgw_handlers_generation", 1, true))
+      assert.truthy(metrics:find("sgw_jobs_queue_depth", 1, true))
+      -- the admin listener is not the public one
+      assert.are.equal(404, (sgw:request("GET", "/metrics")))
+    end)
+
+    it("writes one JSON log line per request", function()
+      local _, _, headers = sgw:request("GET", "/api/v1/openapi.json")
+      local id = headers["x-request-id"]
+      local line
+      stack.eventually(function()
+        for l in sgw:log():gmatch("[^\n]+") do
+          if l:find(id, 1, true) and l:find('"event":"request"', 1, true) then line = l end
+        end
+        return line ~= nil
+      end, 5, 0.1, "request log line")
+      local entry = assert(cjson.decode(line))
+      assert.are.equal(id, entry.requestId)
+      assert.are.equal("/api/v1/openapi.json", entry.route)
+      assert.are.equal(200, entry.status)
+      assert.is_number(entry.durationMs)
+    end)
+
+    it("drains in-flight requests on SIGTERM and exits 0", function()
+      local other = stack.start_sgw { name = "drain", set = { ["lua.root"] = root } }
+      local out_file = stack.build_dir() .. "/test-roots/drain-" .. other.http_port .. ".out"
+      stack.sh("(curl -s -o " .. stack.shell_quote(out_file) .. " -w '%{http_code}' " .. other.base_url
+        .. "/test/slow > " .. stack.shell_quote(out_file .. ".code") .. " 2>&1 &)")
+      stack.sleep(0.4)
+      local code = other:stop(20)
+      assert.are.equal(0, code)
+      local f = assert(io.open(out_file .. ".code"))
+      local http_code = f:read("a")
+      f:close()
+      assert.are.equal("200", http_code, "the in-flight request finished")
+      f = assert(io.open(out_file))
+      assert.are.equal(42, cjson.decode(f:read("a")).answer)
+      f:close()
+    end)
+  end)
+end)
+
+describe("configuration", function()
+  local function run(args)
+    local binary = stack.build_dir() .. "/sgw"
+    return stack.sh("cd " .. stack.shell_quote(stack.repo_root()) .. " && " .. stack.shell_quote(binary) .. " " .. args)
+  end
+
+  it("refuses an unknown key and names it", function()
+    local code, out = run("serve --set database.url=x --set http.wrokers=3")
+    assert.are.equal(2, code)
+    assert.truthy(out:find("http.wrokers", 1, true), out)
+  end)
+
+  it("refuses a value of the wrong type and names the key", function()
+    local code, out = run("serve --set database.url=x --set http.workers=many")
+    assert.are.equal(2, code)
+    assert.truthy(out:find("http.workers", 1, true), out)
+  end)
+
+  it("says what to do when database.url is missing", function()
+    local code, out = run("serve")
+    assert.are.equal(2, code)
+    assert.truthy(out:find("database.url", 1, true), out)
+  end)
+
+  it("reads --config files and lets --set override them", function()
+    local path = stack.build_dir() .. "/test-roots/override.conf"
+    os.execute("mkdir -p " .. stack.shell_quote(stack.build_dir() .. "/test-roots"))
+    local f = assert(io.open(path, "w"))
+    f:write("# a test config\nbench.enabled = true\nlog.level = warn\n")
+    f:close()
+    local code, out = run("check --config " .. stack.shell_quote(path))
+    assert.are.equal(0, code, out)
+    code, out = run("check --config " .. stack.shell_quote(path) .. " --set log.level=bogus-but-a-string")
+    assert.are.equal(0, code, out)
+    f = assert(io.open(path, "w"))
+    f:write("no equals sign here\n")
+    f:close()
+    code, out = run("check --config " .. stack.shell_quote(path))
+    assert.are.equal(2, code)
+    assert.truthy(out:find("override.conf:1", 1, true), out)
+  end)
+
+  it("applies migrations once when three instances migrate at the same moment", function()
+    local url = stack.fresh_database("migrate3")
+    local binary = stack.shell_quote(stack.build_dir() .. "/sgw")
+    local cmd = "cd " .. stack.shell_quote(stack.repo_root()) .. " && for i in 1 2 3; do " .. binary
+      .. " migrate --set database.url=" .. stack.shell_quote(url) .. " > /dev/null 2>&1 & done; wait"
+    assert.are.equal(0, (stack.sh(cmd)))
+    local out = stack.psql(url, "SELECT count(*) || '/' || count(DISTINCT version) FROM schema_migrations")
+    local files = 0
+    for _ in io.popen("ls " .. stack.shell_quote(stack.repo_root() .. "/migrations") .. "/*.sql"):lines() do
+      files = files + 1
+    end
+    assert.truthy(out:find(files .. "/" .. files, 1, true), "each migration recorded once: " .. out)
+    local code, again = stack.sh(cmd:gsub("> /dev/null 2>&1 & done; wait", "; done"))
+    assert.are.equal(0, code, again)
+  end)
+end)
