@@ -327,7 +327,12 @@ static int l_require(lua_State *L) {
     lua_pushlightuserdata(L, (void *)f); /* loading sentinel */
     lua_setfield(L, loaded, name);
     lua_pushstring(L, name);
-    lua_call(L, 1, 1);
+    if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
+        /* Forget the sentinel, so a later require reports the real error. */
+        lua_pushnil(L);
+        lua_setfield(L, loaded, name);
+        return lua_error(L);
+    }
     if (lua_isnil(L, -1)) {
         lua_pop(L, 1);
         lua_pushboolean(L, 1);

@@ -281,7 +281,9 @@ static int cmd_serve(void) {
     log_msg(LOG_INFO, "draining", "stopped accepting; waiting for in-flight requests and jobs");
     atomic_store(&sgw_shutting_down, 1);
     http_quiesce();
+    /* One drain window for requests and jobs together. */
     uint64_t deadline = clock_mono_ms() + (uint64_t)(config_num("http.drain_seconds") * 1000.0);
+    jobs_request_stop(deadline);
     while ((http_inflight() > 0 || workers_queue_depth() > 0) && clock_mono_ms() < deadline) {
         struct timespec ts = { 0, 20 * 1000 * 1000 };
         nanosleep(&ts, NULL);

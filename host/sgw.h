@@ -94,6 +94,7 @@ typedef struct sgw_worker {
 sgw_pg *pg_open(const char *conninfo);             /* never NULL; connects lazily */
 void    pg_close(sgw_pg *pg);
 int     pg_ping(sgw_pg *pg);                       /* 0 when the server answers */
+int     pg_in_transaction(sgw_pg *pg);        /* 1 inside BEGIN..COMMIT */
 /* After every request or job: roll back a transaction left open. */
 void    pg_reset_session(sgw_pg *pg);
 /* `sgw migrate`: apply migrations/NNNN_*.sql in order, each once, each in a
@@ -121,8 +122,12 @@ void       lapi_redis_open(lua_State *L, sgw_worker *w);
 sgw_httpc *httpc_new(int max_concurrent);
 void       httpc_free(sgw_httpc *h);
 int        httpc_active(sgw_httpc *h);            /* transfers under way */
-/* Runs transfers for up to timeout_ms; for each finished one, pushes its
- * results on the waiting coroutine and calls on_ready(co, nresults, ud). */
+/* The coroutine the job runner is resuming: only it may yield on a
+ * transfer (a job's own nested coroutines block instead). */
+void       httpc_set_current(sgw_httpc *h, lua_State *co);
+/* Runs transfers for up to timeout_ms; for each finished one calls
+ * on_ready(co, 0, ud), which must resume co before it returns (the results
+ * are built inside the coroutine, under its protected call). */
 void       httpc_poll(sgw_httpc *h, int timeout_ms,
                       void (*on_ready)(lua_State *co, int nres, void *ud), void *ud);
 /* Global `http`: http.request{method,url,headers,body,timeout} */
@@ -259,7 +264,10 @@ void worker_destroy(sgw_worker *w);
 int  jobs_start(int nworkers);
 /* Counts pending and dead jobs (for /metrics); 0 ok. */
 int  jobs_queue_depth(sgw_pg *pg, long long *pending, long long *dead);
-void jobs_stop(void);
+/* Stops claiming jobs; running ones may finish until deadline_ms
+ * (monotonic), then are released. */
+void jobs_request_stop(uint64_t deadline_ms);
+void jobs_stop(void);             /* requests a stop if none was, then joins */
 void jobs_wake(void);
 
 /* --------------------------------------------------------------- metrics.c */

@@ -11,7 +11,8 @@ local M = {}
 -- opts: run_at (unix seconds, by clock.now()), delay (seconds),
 -- max_attempts (default jobs.max_attempts).
 function M.enqueue(kind, payload, opts)
-  if type(kind) ~= "string" or not kind:match("^[a-z0-9_.]+$") then
+  if type(kind) ~= "string" or not kind:match("^[a-z0-9_.]+$") or kind:find("..", 1, true)
+    or kind:sub(1, 1) == "." or kind:sub(-1) == "." then
     error("jobs.enqueue: kind must match [a-z0-9_.]+", 2)
   end
   if payload ~= nil and type(payload) ~= "table" then

@@ -1,0 +1,866 @@
+/*
+ * jobs.c — the durable job queue runner and the timers.
+ *
+ * Jobs are rows of the jobs table (migrations/0001_jobs.sql). Each job
+ * worker thread claims due rows with FOR UPDATE SKIP LOCKED under a lease,
+ * so any number of workers and instances share the queue, and a job whose
+ * instance died runs again once its lease runs out. A worker runs up to
+ * jobs.concurrency jobs at once, each as a coroutine of its one Lua state:
+ * a job that calls http.request yields, and httpc_poll resumes it when its
+ * transfer ends, so one thread keeps many slow platform calls in flight.
+ *
+ * Workers switch to a new generation of handlers only when none of their
+ * coroutines runs (a generation lives in one Lua state); when one is waiting
+ * they stop claiming until the running jobs end. They sleep on their own
+ * LISTEN sgw_jobs connection, woken by NOTIFY from enqueue, with
+ * jobs.poll_interval_ms as the fallback for delayed and retried jobs.
+ *
+ * Worker 0 also runs handlers/timers.lua: a timer fires when its slot
+ * (floor(now / every)) is first inserted into timer_runs, in the same
+ * transaction as its job, so across instances each slot fires once.
+ */
+#include "sgw.h"
+
+#include <errno.h>
+#include <libpq-fe.h>
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+/* httpc.c: which coroutine the runner is resuming, so that only a job's own
+ * coroutine yields on http.request. */
+/* pg.c */
+
+#define BUSY_POLL_MS     50          /* notification latency while transfers run */
+#define TIMER_TICK_MS    1000
+#define TIMER_CLEANUP_MS (3600u * 1000u)
+#define LISTEN_RETRY_MS  2000
+#define WARN_EVERY_MS    10000       /* at most one "database down" line per worker */
+#define MAX_TIMERS       256
+#define MAX_ERROR        4000        /* bytes of an error kept in last_error */
+#define NAME_MAX_LEN     128
+
+typedef struct job {
+    int        used;
+    long long  id;
+    char       kind[NAME_MAX_LEN];
+    int        attempts, max_attempts;
+    lua_State *co;
+    int        ref;                  /* anchors co in the registry */
+} job;
+
+typedef struct timer {
+    char      name[NAME_MAX_LEN];
+    char      job[NAME_MAX_LEN];
+    double    every;                 /* seconds */
+    long long last_slot;             /* fired (or found fired) for this slot */
+} timer;
+
+typedef struct runner {
+    int         id;
+    sgw_worker  w;
+    int         inited;              /* w needs worker_destroy */
+    pthread_t   thread;
+    int         started;
+    int         efd;                 /* jobs_wake */
+    PGconn     *listen;
+    uint64_t    listen_retry_at;
+    job        *jobs;
+    int         concurrency, running;
+    char        locker[160];         /* locked_by: host:pid:worker:random */
+    int         notified;            /* a NOTIFY (or a wake) since the last claim */
+    int         more;                /* the last claim filled every free slot */
+    int         state_broken;        /* a job hit the memory ceiling */
+    uint64_t    refresh_failed_gen;
+    uint64_t    last_claim, last_heartbeat, last_tick, last_cleanup, last_warn;
+    uint64_t    rng;
+    timer      *timers;
+    int         ntimers;
+    uint64_t    timers_gen;          /* generation the timers were read from */
+    /* settings, read once */
+    double      lease_s, retry_base_s, retry_max_s, budget_ms;
+    int         poll_ms;
+} runner;
+
+static runner           *runners;
+static int               nrunners;
+static atomic_int        stopping;
+static _Atomic uint64_t  drain_deadline;
+
+/* ------------------------------------------------------------ helpers */
+
+static double rand01(runner *r) {
+    /* xorshift64*: jitter needs spread, not secrecy. */
+    r->rng ^= r->rng >> 12;
+    r->rng ^= r->rng << 25;
+    r->rng ^= r->rng >> 27;
+    return (double)((r->rng * 2685821657736338717ull) >> 11) / 9007199254740992.0;
+}
+
+/* Rate-limited warning for a database that does not answer. */
+static void warn_db(runner *r, const char *what, const char *detail) {
+    uint64_t now = clock_mono_ms();
+    if (r->last_warn && now - r->last_warn < WARN_EVERY_MS) return;
+    r->last_warn = now;
+    log_msg(LOG_WARN, "jobs_db_error", "job worker %d: %s: %s", r->id, what, detail);
+}
+
+static const char *pq_error(PGconn *c, PGresult *res) {
+    const char *m = res ? PQresultErrorMessage(res) : "";
+    if (!m || !*m) m = c ? PQerrorMessage(c) : "no database connection";
+    return m;
+}
+
+/* Runs a statement on the worker's connection; the result when it has the
+ * expected status, else NULL (logged). */
+static PGresult *exec_sql(runner *r, const char *what, const char *sql, int n, const char *const *vals,
+                          ExecStatusType want) {
+    PGconn *c = pg_raw(r->w.pg);
+    if (!c) {
+        warn_db(r, what, "no database connection");
+        return NULL;
+    }
+    PGresult *res = PQexecParams(c, sql, n, NULL, vals, NULL, NULL, 0);
+    if (PQresultStatus(res) != want) {
+        warn_db(r, what, pq_error(c, res));
+        PQclear(res);
+        return NULL;
+    }
+    return res;
+}
+
+static int valid_kind(const char *k) {
+    size_t n = strlen(k);
+    if (!n || n >= NAME_MAX_LEN - 16) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((k[i] >= 'a' && k[i] <= 'z') || (k[i] >= '0' && k[i] <= '9') || k[i] == '_' || k[i] == '.'))
+            return 0;
+    return k[0] != '.' && k[n - 1] != '.' && !strstr(k, "..");
+}
+
+/* Whether the worker's generation has the module's file: a missing handler
+ * is final, unlike an error inside one. */
+static int gen_has_module(const sgw_gen *g, const char *rel) {
+    char a[NAME_MAX_LEN + 32], b[NAME_MAX_LEN + 32];
+    snprintf(a, sizeof a, "%s.lua", rel);
+    snprintf(b, sizeof b, "%s/init.lua", rel);
+    for (int i = 0; g && i < g->nfiles; i++)
+        if (strcmp(g->files[i].name, a) == 0 || strcmp(g->files[i].name, b) == 0) return 1;
+    return 0;
+}
+
+/* Copies an error message for last_error: bounded, and valid UTF-8 so that
+ * PostgreSQL takes it (a message the database refuses would leave the job
+ * locked, to run again and again). */
+static void copy_error(char *dst, size_t cap, const char *src) {
+    size_t o = 0;
+    const unsigned char *s = (const unsigned char *)(src ? src : "unknown error");
+    while (*s && o + 5 < cap) {
+        size_t len = *s < 0x80 ? 1 : (*s & 0xE0) == 0xC0 ? 2 : (*s & 0xF0) == 0xE0 ? 3 : (*s & 0xF8) == 0xF0 ? 4 : 0;
+        size_t k = 1;
+        while (len && k < len && (s[k] & 0xC0) == 0x80) k++;
+        if (!len || k < len || (len == 2 && *s < 0xC2)) {
+            dst[o++] = '?';
+            s++;
+            continue;
+        }
+        memcpy(dst + o, s, len);
+        o += len;
+        s += len;
+    }
+    dst[o] = 0;
+}
+
+/* Calls f(L) with ud, protected: whatever Lua work the runner does outside a
+ * job's own slice must not throw through C. 0 ok, else message in err. */
+static int protected_call(lua_State *L, lua_CFunction f, void *ud, char *err, size_t errlen) {
+    if (!lua_checkstack(L, 3)) {
+        snprintf(err, errlen, "Lua stack exhausted");
+        return -1;
+    }
+    int top = lua_gettop(L);
+    lua_pushcfunction(L, f);
+    lua_pushlightuserdata(L, ud);
+    int rc = lua_pcall(L, 1, 0, 0);
+    if (rc != LUA_OK) {
+        const char *m = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "error object is not a string";
+        snprintf(err, errlen, "%s", rc == LUA_ERRMEM ? "not enough memory (lua.memory_limit_mb)" : m);
+    }
+    lua_settop(L, top);
+    return rc == LUA_OK ? 0 : -1;
+}
+
+/* ------------------------------------------------------------ finishing */
+
+typedef enum { OUT_DONE, OUT_RETRY_IN, OUT_FAILED, OUT_DEAD } outcome;
+
+static void count(const job *j, const char *what) {
+    char labels[NAME_MAX_LEN + 64];
+    snprintf(labels, sizeof labels, "kind=\"%s\",outcome=\"%s\"", valid_kind(j->kind) ? j->kind : "invalid", what);
+    metrics_count("sgw_jobs_total", labels, 1);
+}
+
+/* Ends a job: drops its coroutine, returns the connection to idle, and
+ * records the outcome (only while the lease is still ours). */
+static void finish_job(runner *r, job *j, outcome out, double secs, const char *error) {
+    char msg[MAX_ERROR];
+    copy_error(msg, sizeof msg, error); /* error may live on the coroutine's stack */
+    if (j->ref != LUA_NOREF && r->w.L) luaL_unref(r->w.L, LUA_REGISTRYINDEX, j->ref);
+    j->ref = LUA_NOREF;
+    j->co = NULL;
+    pg_reset_session(r->w.pg);
+
+    char id[32], num[64];
+    snprintf(id, sizeof id, "%lld", j->id);
+    if (out == OUT_FAILED && j->attempts >= j->max_attempts) out = OUT_DEAD;
+    PGresult *res = NULL;
+    if (out == OUT_DONE) {
+        const char *v[] = { id, r->locker };
+        res = exec_sql(r, "completing a job", "DELETE FROM jobs WHERE id = $1 AND locked_by = $2", 2, v,
+                       PGRES_COMMAND_OK);
+        if (res && strcmp(PQcmdTuples(res), "0") == 0)
+            log_msg(LOG_WARN, "job_lease_lost", "job %lld (%s) finished after its lease had passed to another worker",
+                    j->id, j->kind);
+        else
+            log_msg(LOG_DEBUG, "job_done", "job %lld (%s) done on attempt %d", j->id, j->kind, j->attempts);
+        count(j, "done");
+    } else if (out == OUT_RETRY_IN) {
+        snprintf(num, sizeof num, "%.3f", secs);
+        const char *v[] = { id, r->locker, num };
+        res = exec_sql(r, "rescheduling a job",
+                       "UPDATE jobs SET run_at = now() + make_interval(secs => $3), locked_by = NULL, "
+                       "locked_until = NULL WHERE id = $1 AND locked_by = $2",
+                       3, v, PGRES_COMMAND_OK);
+        count(j, "retry");
+    } else if (out == OUT_DEAD) {
+        const char *v[] = { id, r->locker, msg };
+        res = exec_sql(r, "burying a job",
+                       "UPDATE jobs SET status = 'dead', last_error = $3, locked_by = NULL, locked_until = NULL "
+                       "WHERE id = $1 AND locked_by = $2",
+                       3, v, PGRES_COMMAND_OK);
+        log_msg(LOG_ERROR, "job_dead", "job %lld (%s) failed on attempt %d of %d and is dead: %s", j->id, j->kind,
+                j->attempts, j->max_attempts, msg);
+        count(j, "dead");
+    } else {
+        /* Exponential back-off with jitter, so that jobs that failed together
+         * (a platform outage) do not all come back at the same moment. */
+        int e = j->attempts > 1 ? j->attempts - 1 : 0;
+        double delay = r->retry_base_s * ldexp(1.0, e > 60 ? 60 : e);
+        if (delay > r->retry_max_s) delay = r->retry_max_s;
+        delay *= 0.5 + 0.5 * rand01(r);
+        snprintf(num, sizeof num, "%.3f", delay);
+        const char *v[] = { id, r->locker, num, msg };
+        res = exec_sql(r, "scheduling a retry",
+                       "UPDATE jobs SET run_at = now() + make_interval(secs => $3), last_error = $4, "
+                       "locked_by = NULL, locked_until = NULL WHERE id = $1 AND locked_by = $2",
+                       4, v, PGRES_COMMAND_OK);
+        log_msg(LOG_WARN, "job_failed", "job %lld (%s) failed on attempt %d of %d, retrying in %.1f s: %s", j->id,
+                j->kind, j->attempts, j->max_attempts, delay, msg);
+        count(j, "failed");
+    }
+    PQclear(res); /* on failure the lease runs out and the job runs again */
+    j->used = 0;
+    r->running--;
+}
+
+/* ------------------------------------------------------------ running */
+
+typedef struct result_read {
+    int    has_retry;
+    double retry_in;
+} result_read;
+
+/* read_result(value, rr): reads {retry_in = s}. */
+static int read_result(lua_State *L) {
+    result_read *rr = lua_touserdata(L, 2);
+    lua_getfield(L, 1, "retry_in");
+    if (!lua_isnil(L, -1)) {
+        if (!lua_isnumber(L, -1)) return luaL_error(L, "retry_in must be a number of seconds");
+        rr->retry_in = lua_tonumber(L, -1);
+        if (!(rr->retry_in >= 0) || rr->retry_in > 365.0 * 86400) return luaL_error(L, "retry_in is out of range");
+        rr->has_retry = 1;
+    }
+    return 0;
+}
+
+/* Runs one slice of a job's coroutine and handles how it ended. */
+static void resume_job(runner *r, job *j, int nargs) {
+    lua_State *co = j->co;
+    sgw_httpc *h = r->w.httpc;
+    int nres = 0;
+    httpc_set_current(h, co);
+    luart_arm_budget(co, r->budget_ms);
+    int st = luart_resume(co, r->w.L, nargs, &nres);
+    httpc_set_current(h, NULL);
+
+    if (st == LUA_YIELD) {
+        int ours = nres == 1 && lua_islightuserdata(co, -1) && lua_touserdata(co, -1) == (void *)h;
+        lua_pop(co, nres);
+        if (ours) return; /* waiting for its transfer */
+        finish_job(r, j, OUT_FAILED, 0,
+                   "the job yielded outside http.request (coroutine.yield at the top of a job is not supported)");
+        return;
+    }
+    if (st != LUA_OK) {
+        if (st == LUA_ERRMEM) r->state_broken = 1;
+        const char *m = lua_type(co, -1) == LUA_TSTRING ? lua_tostring(co, -1) : "error object is not a string";
+        finish_job(r, j, OUT_FAILED, 0, m);
+        return;
+    }
+    /* Returned: nothing (done) or {retry_in = s}. */
+    result_read rr = { 0, 0 };
+    if (nres > 0 && lua_type(co, -nres) == LUA_TTABLE) {
+        lua_State *L = r->w.L;
+        if (!lua_checkstack(L, 4) || !lua_checkstack(co, 1)) {
+            finish_job(r, j, OUT_FAILED, 0, "Lua stack exhausted");
+            return;
+        }
+        int top = lua_gettop(L);
+        lua_pushcfunction(L, read_result);
+        lua_pushvalue(co, -nres);
+        lua_xmove(co, L, 1);
+        lua_pushlightuserdata(L, &rr);
+        int rc = lua_pcall(L, 2, 0, 0);
+        if (rc != LUA_OK) {
+            char err[512];
+            snprintf(err, sizeof err, "%s", lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "invalid result");
+            lua_settop(L, top);
+            finish_job(r, j, OUT_FAILED, 0, err);
+            return;
+        }
+        lua_settop(L, top);
+    }
+    if (rr.has_retry) finish_job(r, j, OUT_RETRY_IN, rr.retry_in, NULL);
+    else finish_job(r, j, OUT_DONE, 0, NULL);
+}
+
+static void on_ready(lua_State *co, int nres, void *ud) {
+    runner *r = ud;
+    for (int i = 0; i < r->concurrency; i++) {
+        if (r->jobs[i].used && r->jobs[i].co == co) {
+            resume_job(r, &r->jobs[i], nres);
+            return;
+        }
+    }
+}
+
+typedef struct job_setup {
+    const job  *j;
+    const char *module;
+    const char *payload;
+    lua_State  *co;
+    int         ref;
+} job_setup;
+
+/* Builds the job's coroutine: handler function, decoded payload, job table. */
+static int setup_job(lua_State *L) {
+    job_setup *s = lua_touserdata(L, 1);
+    char err[2048];
+    if (luart_require(L, s->module, err, sizeof err)) return luaL_error(L, "%s", err);
+    if (!lua_isfunction(L, -1)) return luaL_error(L, "%s does not return a function", s->module);
+    int fn = lua_gettop(L);
+    if (luart_require(L, "cjson", err, sizeof err)) return luaL_error(L, "%s", err);
+    lua_getfield(L, -1, "decode");
+    lua_pushstring(L, s->payload);
+    lua_call(L, 1, 1);
+    int payload = lua_gettop(L);
+    lua_createtable(L, 0, 3);
+    lua_pushinteger(L, (lua_Integer)s->j->id);
+    lua_setfield(L, -2, "id");
+    lua_pushstring(L, s->j->kind);
+    lua_setfield(L, -2, "kind");
+    lua_pushinteger(L, s->j->attempts);
+    lua_setfield(L, -2, "attempts");
+    int jt = lua_gettop(L);
+    lua_State *co = lua_newthread(L);
+    lua_pushvalue(L, fn);
+    lua_pushvalue(L, payload);
+    lua_pushvalue(L, jt);
+    lua_xmove(L, co, 3);
+    s->ref = luaL_ref(L, LUA_REGISTRYINDEX); /* pops the thread */
+    s->co = co;
+    return 0;
+}
+
+static void start_job(runner *r, PGresult *res, int row) {
+    job *j = NULL;
+    for (int i = 0; i < r->concurrency && !j; i++)
+        if (!r->jobs[i].used) j = &r->jobs[i];
+    if (!j) return; /* cannot happen: claims never exceed free slots; the lease frees it */
+    memset(j, 0, sizeof *j);
+    j->used = 1;
+    j->ref = LUA_NOREF;
+    j->id = strtoll(PQgetvalue(res, row, 0), NULL, 10);
+    snprintf(j->kind, sizeof j->kind, "%s", PQgetvalue(res, row, 1));
+    j->attempts = atoi(PQgetvalue(res, row, 3));
+    j->max_attempts = atoi(PQgetvalue(res, row, 4));
+    r->running++;
+
+    char rel[NAME_MAX_LEN + 32], module[NAME_MAX_LEN + 32], err[2048];
+    if (!valid_kind(j->kind)) {
+        finish_job(r, j, OUT_DEAD, 0, "invalid job kind (expected [a-z0-9_.]+)");
+        return;
+    }
+    snprintf(rel, sizeof rel, "handlers/jobs/%s", j->kind);
+    for (char *p = rel + strlen("handlers/jobs/"); *p; p++)
+        if (*p == '.') *p = '/';
+    if (!gen_has_module(r->w.gen, rel)) {
+        snprintf(err, sizeof err, "unknown job kind '%s': there is no %s.lua", j->kind, rel);
+        finish_job(r, j, OUT_DEAD, 0, err);
+        return;
+    }
+    snprintf(module, sizeof module, "handlers.jobs.%s", j->kind);
+    job_setup s = { .j = j, .module = module, .payload = PQgetvalue(res, row, 2), .co = NULL, .ref = LUA_NOREF };
+    if (protected_call(r->w.L, setup_job, &s, err, sizeof err)) {
+        finish_job(r, j, OUT_FAILED, 0, err);
+        return;
+    }
+    j->co = s.co;
+    j->ref = s.ref;
+    resume_job(r, j, 2);
+}
+
+/* ------------------------------------------------------------ claiming */
+
+static void claim(runner *r) {
+    int want = r->concurrency - r->running;
+    r->last_claim = clock_mono_ms();
+    r->notified = 0; /* a NOTIFY arriving from here on asks for another claim */
+    r->more = 0;
+    char lease[32], limit[16], offset[32];
+    snprintf(lease, sizeof lease, "%.3f", r->lease_s);
+    snprintf(limit, sizeof limit, "%d", want);
+    /* Due by the clock handlers see, which tests may move forward. */
+    snprintf(offset, sizeof offset, "%.3f", clock_offset());
+    const char *v[] = { r->locker, lease, limit, offset };
+    PGresult *res = exec_sql(
+        r, "claiming jobs",
+        "UPDATE jobs SET attempts = attempts + 1, locked_by = $1, "
+        "locked_until = now() + make_interval(secs => $2) "
+        "WHERE id IN (SELECT id FROM jobs WHERE status = 'pending' "
+        "AND run_at <= now() + make_interval(secs => $4) "
+        "AND (locked_until IS NULL OR locked_until < now()) "
+        "ORDER BY run_at, id LIMIT $3 FOR UPDATE SKIP LOCKED) "
+        "RETURNING id, kind, payload::text, attempts, max_attempts",
+        4, v, PGRES_TUPLES_OK);
+    if (!res) return;
+    int n = PQntuples(res);
+    r->more = n == want;
+    for (int i = 0; i < n; i++) start_job(r, res, i);
+    PQclear(res);
+}
+
+/* The ids of running jobs as a PostgreSQL array literal. */
+static void running_ids(runner *r, char *buf, size_t cap) {
+    size_t o = (size_t)snprintf(buf, cap, "{");
+    for (int i = 0; i < r->concurrency && o + 24 < cap; i++)
+        if (r->jobs[i].used) o += (size_t)snprintf(buf + o, cap - o, "%s%lld", o > 1 ? "," : "", r->jobs[i].id);
+    snprintf(buf + o, cap - o, "}");
+}
+
+/* Extends the leases of running jobs, so a long job is not claimed twice
+ * while its instance is alive. */
+static void heartbeat(runner *r) {
+    r->last_heartbeat = clock_mono_ms();
+    size_t cap = (size_t)r->concurrency * 22 + 8;
+    char *ids = malloc(cap);
+    if (!ids) return;
+    running_ids(r, ids, cap);
+    char lease[32];
+    snprintf(lease, sizeof lease, "%.3f", r->lease_s);
+    const char *v[] = { r->locker, lease, ids };
+    PQclear(exec_sql(r, "extending leases",
+                     "UPDATE jobs SET locked_until = now() + make_interval(secs => $2) "
+                     "WHERE id = ANY($3::bigint[]) AND locked_by = $1",
+                     3, v, PGRES_COMMAND_OK));
+    free(ids);
+}
+
+/* At the end of the drain: give unfinished jobs back at once instead of
+ * when their leases run out. Their attempt stays counted. */
+static void abandon(runner *r) {
+    size_t cap = (size_t)r->concurrency * 22 + 8;
+    char *ids = malloc(cap);
+    if (ids) {
+        pg_reset_session(r->w.pg);
+        running_ids(r, ids, cap);
+        const char *v[] = { r->locker, ids };
+        PQclear(exec_sql(r, "releasing unfinished jobs",
+                         "UPDATE jobs SET locked_by = NULL, locked_until = NULL "
+                         "WHERE id = ANY($2::bigint[]) AND locked_by = $1",
+                         2, v, PGRES_COMMAND_OK));
+        free(ids);
+    }
+    log_msg(LOG_WARN, "jobs_abandoned", "job worker %d: %d job(s) still running at the end of the drain were released",
+            r->id, r->running);
+}
+
+/* ------------------------------------------------------------ timers */
+
+static int read_timers(lua_State *L) {
+    runner *r = lua_touserdata(L, 1);
+    char err[2048];
+    free(r->timers);
+    r->timers = NULL;
+    r->ntimers = 0;
+    if (luart_require(L, "handlers.timers", err, sizeof err)) return luaL_error(L, "%s", err);
+    if (!lua_istable(L, -1)) return luaL_error(L, "handlers/timers.lua must return a table");
+    int t = lua_gettop(L);
+    lua_Integer n = luaL_len(L, t);
+    if (n > MAX_TIMERS) return luaL_error(L, "handlers/timers.lua: more than %d timers", MAX_TIMERS);
+    if (n <= 0) return 0;
+    r->timers = calloc((size_t)n, sizeof *r->timers);
+    if (!r->timers) return luaL_error(L, "out of memory");
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_rawgeti(L, t, i);
+        if (!lua_istable(L, -1)) return luaL_error(L, "handlers/timers.lua: entry %d is not a table", (int)i);
+        timer *tm = &r->timers[r->ntimers];
+        lua_getfield(L, -1, "name");
+        const char *name = lua_tostring(L, -1);
+        if (lua_type(L, -1) != LUA_TSTRING || !*name || strlen(name) >= NAME_MAX_LEN)
+            return luaL_error(L, "handlers/timers.lua: entry %d needs a name", (int)i);
+        for (int k = 0; k < r->ntimers; k++)
+            if (strcmp(r->timers[k].name, name) == 0)
+                return luaL_error(L, "handlers/timers.lua: two timers are named '%s'", name);
+        snprintf(tm->name, sizeof tm->name, "%s", name);
+        lua_getfield(L, -2, "job");
+        const char *kind = lua_tostring(L, -1);
+        if (lua_type(L, -1) != LUA_TSTRING || !valid_kind(kind))
+            return luaL_error(L, "handlers/timers.lua: timer '%s' needs a job kind ([a-z0-9_.]+)", tm->name);
+        snprintf(tm->job, sizeof tm->job, "%s", kind);
+        lua_getfield(L, -3, "every");
+        if (lua_type(L, -1) == LUA_TSTRING) {
+            const char *key = lua_tostring(L, -1);
+            if (!config_has(key))
+                return luaL_error(L, "handlers/timers.lua: timer '%s': unknown config key '%s'", tm->name, key);
+            tm->every = config_num(key);
+        } else if (lua_type(L, -1) == LUA_TNUMBER) {
+            tm->every = lua_tonumber(L, -1);
+        } else {
+            return luaL_error(L, "handlers/timers.lua: timer '%s' needs 'every' (seconds or a config key)", tm->name);
+        }
+        if (!(tm->every >= 1))
+            return luaL_error(L, "handlers/timers.lua: timer '%s' must fire at most once a second", tm->name);
+        tm->last_slot = -1;
+        r->ntimers++;
+        lua_pop(L, 4);
+    }
+    return 0;
+}
+
+/* Claims the timer's slot and enqueues its job in one transaction; 0 when
+ * the slot is settled (fired here or elsewhere). */
+static int fire_timer(runner *r, timer *tm, long long slot) {
+    PGconn *c = pg_raw(r->w.pg);
+    if (!c || pg_in_transaction(r->w.pg)) return -1;
+    char slot_s[32], max_s[32];
+    snprintf(slot_s, sizeof slot_s, "%lld", slot);
+    snprintf(max_s, sizeof max_s, "%lld", config_int("jobs.max_attempts") > 0 ? config_int("jobs.max_attempts") : 10);
+    PGresult *res = exec_sql(r, "starting a timer transaction", "BEGIN", 0, NULL, PGRES_COMMAND_OK);
+    if (!res) return -1;
+    PQclear(res);
+    const char *v1[] = { tm->name, slot_s };
+    res = exec_sql(r, "claiming a timer slot",
+                   "INSERT INTO timer_runs (name, slot) VALUES ($1, $2) ON CONFLICT DO NOTHING", 2, v1,
+                   PGRES_COMMAND_OK);
+    int ok = res != NULL;
+    int inserted = ok && strcmp(PQcmdTuples(res), "1") == 0;
+    PQclear(res);
+    if (ok && inserted) {
+        const char *v2[] = { tm->job, max_s };
+        res = exec_sql(r, "enqueueing a timer's job",
+                       "INSERT INTO jobs (kind, payload, max_attempts) VALUES ($1, '{}', $2)", 2, v2,
+                       PGRES_COMMAND_OK);
+        ok = res != NULL;
+        PQclear(res);
+        if (ok) {
+            res = exec_sql(r, "notifying job workers", "NOTIFY sgw_jobs", 0, NULL, PGRES_COMMAND_OK);
+            ok = res != NULL;
+            PQclear(res);
+        }
+    }
+    res = exec_sql(r, "ending a timer transaction", ok ? "COMMIT" : "ROLLBACK", 0, NULL, PGRES_COMMAND_OK);
+    ok = ok && res != NULL;
+    PQclear(res);
+    pg_reset_session(r->w.pg);
+    if (ok && inserted) log_msg(LOG_DEBUG, "timer_fired", "timer %s enqueued %s (slot %lld)", tm->name, tm->job, slot);
+    return ok ? 0 : -1;
+}
+
+static void timers_tick(runner *r) {
+    r->last_tick = clock_mono_ms();
+    if (!r->w.L || !r->w.gen) return;
+    if (!gen_has_module(r->w.gen, "handlers/timers")) {
+        r->ntimers = 0;
+        r->timers_gen = r->w.gen->id;
+        return;
+    }
+    if (r->timers_gen != r->w.gen->id) {
+        char err[2048];
+        r->timers_gen = r->w.gen->id;
+        if (protected_call(r->w.L, read_timers, r, err, sizeof err)) {
+            log_msg(LOG_ERROR, "timers_invalid", "timers are off until handlers/timers.lua is fixed: %s", err);
+            r->ntimers = 0;
+        }
+    }
+    double now = clock_now();
+    for (int i = 0; i < r->ntimers; i++) {
+        timer *tm = &r->timers[i];
+        long long slot = (long long)floor(now / tm->every);
+        if (slot != tm->last_slot && fire_timer(r, tm, slot) == 0) tm->last_slot = slot;
+    }
+    if (!r->last_cleanup || r->last_tick - r->last_cleanup >= TIMER_CLEANUP_MS) {
+        r->last_cleanup = r->last_tick;
+        PQclear(exec_sql(r, "pruning timer_runs", "DELETE FROM timer_runs WHERE created_at < now() - interval '1 day'",
+                         0, NULL, PGRES_COMMAND_OK));
+    }
+}
+
+/* ------------------------------------------------------------ waking */
+
+static void listen_connect(runner *r) {
+    if (r->listen && PQstatus(r->listen) == CONNECTION_OK) return;
+    uint64_t now = clock_mono_ms();
+    if (now < r->listen_retry_at) return;
+    r->listen_retry_at = now + LISTEN_RETRY_MS;
+    if (r->listen) PQfinish(r->listen);
+    /* Bounded, so an unreachable server costs a worker seconds, not minutes. */
+    const char *const keys[] = { "dbname", "connect_timeout", NULL };
+    const char *const vals[] = { config_str("database.url"), "5", NULL };
+    r->listen = PQconnectdbParams(keys, vals, 1);
+    PGresult *res = NULL;
+    if (PQstatus(r->listen) == CONNECTION_OK) res = PQexec(r->listen, "LISTEN sgw_jobs");
+    if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+        warn_db(r, "listening for new jobs", pq_error(r->listen, res));
+        PQclear(res);
+        PQfinish(r->listen);
+        r->listen = NULL;
+        return;
+    }
+    PQclear(res);
+    r->notified = 1; /* anything enqueued while we were not listening */
+}
+
+static void listen_drain(runner *r) {
+    if (!r->listen) return;
+    if (!PQconsumeInput(r->listen)) {
+        warn_db(r, "listening for new jobs", PQerrorMessage(r->listen));
+        PQfinish(r->listen);
+        r->listen = NULL;
+        r->notified = 1;
+        return;
+    }
+    PGnotify *n;
+    while ((n = PQnotifies(r->listen))) {
+        r->notified = 1;
+        PQfreemem(n);
+    }
+}
+
+static void drain_wake(runner *r) {
+    uint64_t v;
+    if (read(r->efd, &v, sizeof v) == (ssize_t)sizeof v) r->notified = 1;
+}
+
+static void wait_idle(runner *r, int timeout_ms) {
+    struct pollfd p[2] = { { .fd = r->efd, .events = POLLIN }, { .fd = -1, .events = POLLIN } };
+    if (r->listen) p[1].fd = PQsocket(r->listen);
+    if (poll(p, 2, timeout_ms < 0 ? 0 : timeout_ms) < 0 && errno != EINTR) {
+        struct timespec ts = { 0, 10 * 1000 * 1000 };
+        nanosleep(&ts, NULL);
+    }
+    drain_wake(r);
+    listen_drain(r);
+}
+
+void jobs_wake(void) {
+    uint64_t one = 1;
+    for (int i = 0; i < nrunners; i++)
+        if (runners[i].efd >= 0 && write(runners[i].efd, &one, sizeof one) < 0 && errno != EAGAIN)
+            log_msg(LOG_WARN, "jobs_wake", "cannot wake job worker %d: %s", i, strerror(errno));
+}
+
+/* ------------------------------------------------------------ the loop */
+
+/* At a job boundary: switch to the current generation (or to a fresh state
+ * after a memory ceiling was hit). */
+static void refresh(runner *r) {
+    if (r->state_broken) {
+        r->state_broken = 0;
+        luart_close_state(&r->w);
+    }
+    uint64_t cur = luart_generation_id();
+    if (r->w.L && r->w.gen && (r->w.gen->id == cur || r->refresh_failed_gen == cur)) return;
+    char err[2048];
+    if (luart_refresh(&r->w, err, sizeof err)) {
+        r->refresh_failed_gen = cur;
+        log_msg(LOG_ERROR, "jobs_state", "job worker %d cannot load generation %llu: %s", r->id,
+                (unsigned long long)cur, err);
+    }
+}
+
+static void *runner_main(void *arg) {
+    runner *r = arg;
+    uint64_t heartbeat_ms = (uint64_t)(r->lease_s * 1000.0 / 3.0);
+    if (heartbeat_ms < 100) heartbeat_ms = 100;
+    for (;;) {
+        uint64_t now = clock_mono_ms();
+        int stop = atomic_load(&stopping);
+        if (stop && r->running == 0) break;
+        if (stop && now >= atomic_load(&drain_deadline)) {
+            abandon(r);
+            break;
+        }
+        if (r->running == 0 && !stop) refresh(r);
+        /* A newer generation waits for the running jobs to end; meanwhile
+         * claim nothing, so that they do end. */
+        uint64_t cur = luart_generation_id();
+        int behind = r->running > 0 && r->w.gen && r->w.gen->id != cur && r->refresh_failed_gen != cur;
+
+        if (!stop) {
+            /* (Re)connecting blocks: never while jobs wait on their calls. */
+            if (r->running == 0) listen_connect(r);
+            if (r->id == 0 && now - r->last_tick >= TIMER_TICK_MS) timers_tick(r);
+        }
+        if (r->running > 0 && now - r->last_heartbeat >= heartbeat_ms) heartbeat(r);
+        if (!stop && !behind && r->w.L && r->running < r->concurrency &&
+            (r->notified || r->more || now - r->last_claim >= (uint64_t)r->poll_ms))
+            claim(r);
+
+        if (r->running > 0) {
+            httpc_poll(r->w.httpc, BUSY_POLL_MS, on_ready, r);
+            drain_wake(r);
+            listen_drain(r);
+        } else if (!stop) {
+            now = clock_mono_ms();
+            long long t = (long long)r->poll_ms - (long long)(now - r->last_claim);
+            if (r->id == 0) {
+                long long tt = (long long)TIMER_TICK_MS - (long long)(now - r->last_tick);
+                if (tt < t) t = tt;
+            }
+            if (!r->w.L) t = 1000;
+            wait_idle(r, (int)(t < 0 ? 0 : t));
+        }
+    }
+    /* Jobs still running (the drain ran out) lose their coroutines here;
+     * their transfers end with the worker's httpc. */
+    for (int i = 0; i < r->concurrency; i++) {
+        job *j = &r->jobs[i];
+        if (j->used && j->ref != LUA_NOREF && r->w.L) luaL_unref(r->w.L, LUA_REGISTRYINDEX, j->ref);
+        j->used = 0;
+    }
+    r->running = 0;
+    return NULL;
+}
+
+static void runner_free(runner *r) {
+    if (r->inited) worker_destroy(&r->w); /* closes the state, then frees httpc */
+    r->inited = 0;
+    if (r->efd >= 0) close(r->efd);
+    r->efd = -1;
+    if (r->listen) PQfinish(r->listen);
+    r->listen = NULL;
+    free(r->jobs);
+    r->jobs = NULL;
+    free(r->timers);
+    r->timers = NULL;
+}
+
+int jobs_start(int n) {
+    if (n <= 0) {
+        log_msg(LOG_INFO, "jobs_disabled", "jobs.workers is 0: this instance runs no jobs or timers");
+        return 0;
+    }
+    if (!*config_str("database.url")) {
+        log_msg(LOG_WARN, "jobs_disabled", "database.url is empty: no jobs or timers run");
+        return 0;
+    }
+    runners = calloc((size_t)n, sizeof *runners);
+    if (!runners) return -1;
+    atomic_store(&stopping, 0);
+    char host[64] = "localhost", tag[9];
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = 0;
+    crypto_random_base62(tag, 8);
+    int conc = (int)config_int("jobs.concurrency");
+    if (conc < 1) conc = 1;
+
+    for (int i = 0; i < n; i++) {
+        runner *r = &runners[i];
+        r->id = i;
+        r->efd = -1;
+        nrunners = i + 1;
+        char err[2048];
+        r->inited = 1;
+        if (worker_init(&r->w, i, "job", err, sizeof err)) {
+            log_msg(LOG_ERROR, "jobs_start", "job worker %d: %s", i, err);
+            goto fail;
+        }
+        r->concurrency = conc;
+        r->w.httpc = httpc_new(conc);
+        r->jobs = calloc((size_t)conc, sizeof *r->jobs);
+        r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (!r->w.httpc || !r->jobs || r->efd < 0) {
+            log_msg(LOG_ERROR, "jobs_start", "job worker %d: cannot allocate its resources", i);
+            goto fail;
+        }
+        snprintf(r->locker, sizeof r->locker, "%s:%d:%d:%s", host, (int)getpid(), i, tag);
+        r->lease_s = config_num("jobs.lease_seconds") > 0 ? config_num("jobs.lease_seconds") : 60;
+        r->retry_base_s = config_num("jobs.retry_base_seconds");
+        r->retry_max_s = config_num("jobs.retry_max_seconds");
+        r->budget_ms = config_num("lua.handler_budget_ms");
+        r->poll_ms = config_int("jobs.poll_interval_ms") > 0 ? (int)config_int("jobs.poll_interval_ms") : 1000;
+        r->rng = (clock_mono_ms() << 16) ^ (uint64_t)getpid() ^ ((uint64_t)i * 0x9E3779B97F4A7C15ull);
+        if (!r->rng) r->rng = 1;
+        r->notified = 1;
+        if (pthread_create(&r->thread, NULL, runner_main, r)) {
+            log_msg(LOG_ERROR, "jobs_start", "cannot start job worker %d", i);
+            goto fail;
+        }
+        r->started = 1;
+    }
+    log_msg(LOG_INFO, "jobs_started", "%d job worker(s), %d jobs at once each", n, conc);
+    return 0;
+fail:
+    jobs_stop();
+    return -1;
+}
+
+void jobs_request_stop(uint64_t deadline_ms) {
+    if (!runners || atomic_load(&stopping)) return;
+    atomic_store(&drain_deadline, deadline_ms);
+    atomic_store(&stopping, 1);
+    jobs_wake();
+}
+
+void jobs_stop(void) {
+    if (!runners) return;
+    double drain = config_num("http.drain_seconds");
+    jobs_request_stop(clock_mono_ms() + (uint64_t)(drain > 0 ? drain * 1000.0 : 0));
+    for (int i = 0; i < nrunners; i++)
+        if (runners[i].started) pthread_join(runners[i].thread, NULL);
+    for (int i = 0; i < nrunners; i++) runner_free(&runners[i]);
+    free(runners);
+    runners = NULL;
+    nrunners = 0;
+}
+
+int jobs_queue_depth(sgw_pg *pg, long long *pending, long long *dead) {
+    PGconn *c = pg_raw(pg);
+    if (!c) return -1;
+    PGresult *res = PQexec(c, "SELECT count(*) FILTER (WHERE status = 'pending'), "
+                              "count(*) FILTER (WHERE status = 'dead') FROM jobs");
+    if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+        PQclear(res);
+        return -1;
+    }
+    *pending = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+    *dead = strtoll(PQgetvalue(res, 0, 1), NULL, 10);
+    PQclear(res);
+    return 0;
+}

@@ -1,0 +1,222 @@
+-- The job runner against the real stack: many outbound calls at once from one
+-- worker, no job lost when an instance dies mid-flight, retries ending in
+-- `dead`, and timers that fire once per interval across instances.
+--
+-- The jobs are the host's self-test job (handlers/jobs/selftest_fetch.lua),
+-- which fetches payload.url and records one row per run in
+-- job_selftest_results; the URLs point at slow_server (spec/support), which
+-- answers after a delay and reports the most requests it held at once.
+local stack = require("stack")
+local cjson = require("cjson")
+
+local q = stack.shell_quote
+
+-- ------------------------------------------------------------------ helpers
+
+local function start_slow_server(delay_ms)
+  local bin = stack.build_dir() .. "/slow_server"
+  local out = os.tmpname()
+  -- `timeout` bounds its life should this spec die before teardown.
+  local code, pid = stack.sh("timeout 900 " .. q(bin) .. " 0 " .. delay_ms .. " > " .. q(out)
+    .. " 2>&1 & echo $!")
+  assert.equal(0, code, pid)
+  local server = { pid = tonumber(pid:match("%d+")) }
+  stack.eventually(function()
+    local f = io.open(out, "r")
+    local text = f and f:read("a") or ""
+    if f then f:close() end
+    server.port = tonumber(text:match("port (%d+)"))
+    return server.port
+  end, 10, 0.05, "slow_server did not start")
+  os.remove(out)
+  server.url = "http://127.0.0.1:" .. server.port
+  function server.stats()
+    local status, body = stack.request("GET", server.url .. "/stats", { timeout = 5 })
+    assert.equal(200, status)
+    return cjson.decode(body)
+  end
+  function server.stop()
+    os.execute("kill " .. server.pid .. " 2>/dev/null")
+  end
+  return server
+end
+
+local function count(url, sql)
+  return tonumber(stack.psql(url, sql))
+end
+
+-- Inserts n self-test jobs with the same payload, as enqueue would, and
+-- wakes the workers.
+local function enqueue(url, n, payload, max_attempts)
+  stack.psql(url, string.format(
+    "INSERT INTO jobs (kind, payload, max_attempts) SELECT 'selftest_fetch', %s::jsonb, %d "
+      .. "FROM generate_series(1, %d); NOTIFY sgw_jobs",
+    "'" .. cjson.encode(payload):gsub("'", "''") .. "'", max_attempts or 10, n))
+end
+
+local function log_tail(inst)
+  return "\nsgw log:\n" .. inst.log():sub(-3000)
+end
+
+-- ------------------------------------------------------------------ specs
+
+describe("job runner", function()
+  local slow
+
+  setup(function()
+    slow = start_slow_server(1000)
+  end)
+
+  teardown(function()
+    stack.cleanup()
+    if slow then slow.stop() end
+  end)
+
+  it("runs 64 outbound calls at once on one worker and completes all 200 jobs", function()
+    local sgw = stack.start_sgw({
+      name = "jobs_concurrency",
+      set = {
+        ["jobs.workers"] = 1,
+        ["jobs.concurrency"] = 64,
+        ["jobs.poll_interval_ms"] = 200,
+      },
+    })
+    local db = sgw.database_url
+    stack.request("POST", slow.url .. "/reset")
+    local t0 = stack.now()
+    enqueue(db, 200, { url = slow.url .. "/fetch" })
+
+    stack.eventually(function()
+      local done = count(db, "SELECT count(DISTINCT job_id) FROM job_selftest_results")
+      return done == 200, done .. " of 200 jobs recorded"
+    end, 60, 0.2, "the 200 jobs did not complete" .. log_tail(sgw))
+    local elapsed = stack.now() - t0
+
+    local stats = slow.stats()
+    -- One at a time this would take 200 s; 64 at once, about 4 s.
+    assert.is_true(stats.peak >= 64, "peak concurrency was " .. stats.peak)
+    assert.is_true(stats.peak <= 64, "jobs.concurrency exceeded: peak " .. stats.peak)
+    assert.is_true(elapsed < 20, string.format("200 jobs took %.1f s", elapsed))
+    assert.equal(200, count(db, "SELECT count(*) FROM job_selftest_results WHERE status = 200"))
+    stack.eventually(function()
+      return count(db, "SELECT count(*) FROM jobs") == 0
+    end, 10, 0.1, "completed jobs were not deleted")
+    assert.equal(0, sgw.stop())
+  end)
+
+  it("runs a job again after its instance was killed mid-flight, once its lease ran out", function()
+    local set = {
+      ["jobs.workers"] = 1,
+      ["jobs.lease_seconds"] = 2,
+      ["jobs.poll_interval_ms"] = 200,
+    }
+    local first = stack.start_sgw({ name = "jobs_crash_a", set = set })
+    local db = first.database_url
+    stack.request("POST", slow.url .. "/reset")
+    enqueue(db, 10, { url = slow.url .. "/fetch?delay=4000" })
+
+    -- Wait until all ten are in flight, then kill the instance.
+    stack.eventually(function()
+      local s = slow.stats()
+      return s.current >= 10, "in flight: " .. s.current
+    end, 15, 0.05, "the jobs did not start" .. log_tail(first))
+    first.kill()
+    assert.equal(0, count(db, "SELECT count(*) FROM job_selftest_results"))
+    assert.equal(10, count(db, "SELECT count(*) FROM jobs WHERE locked_by IS NOT NULL AND attempts = 1"))
+
+    local second = stack.start_sgw({ name = "jobs_crash_b", database_url = db, set = set })
+    stack.eventually(function()
+      local done = count(db, "SELECT count(DISTINCT job_id) FROM job_selftest_results")
+      return done == 10, done .. " of 10"
+    end, 30, 0.2, "the killed jobs did not run again" .. log_tail(second))
+    -- Each ran exactly once more, as its second attempt.
+    assert.equal(10, count(db, "SELECT count(*) FROM job_selftest_results WHERE attempt = 2 AND status = 200"))
+    stack.eventually(function()
+      return count(db, "SELECT count(*) FROM jobs") == 0
+    end, 10, 0.1, "the jobs were not completed")
+    assert.equal(0, second.stop())
+  end)
+
+  it("retries a failing job with back-off and keeps it as dead after max_attempts", function()
+    local sgw = stack.start_sgw({
+      name = "jobs_dead",
+      set = {
+        ["jobs.workers"] = 1,
+        ["jobs.retry_base_seconds"] = 1,
+        ["jobs.retry_max_seconds"] = 2,
+        ["jobs.poll_interval_ms"] = 100,
+      },
+    })
+    local db = sgw.database_url
+    enqueue(db, 1, { fail = "selftest failure requested" }, 3)
+    stack.psql(db, "INSERT INTO jobs (kind, max_attempts) VALUES ('no_such_kind', 5); NOTIFY sgw_jobs")
+
+    local row
+    stack.eventually(function()
+      row = stack.psql(db, "SELECT status || '|' || attempts || '|' || coalesce(last_error, '') "
+        .. "FROM jobs WHERE kind = 'selftest_fetch'")
+      return row:match("^dead|"), row
+    end, 30, 0.2, "the failing job did not end dead" .. log_tail(sgw))
+    local status, attempts, last_error = row:match("^(%a+)|(%d+)|(.*)$")
+    assert.equal("dead", status)
+    assert.equal("3", attempts)
+    assert.truthy(last_error:find("selftest failure requested", 1, true), last_error)
+    -- It ran three times, one row per run, with a pause between runs.
+    assert.equal("1,2,3", stack.psql(db, "SELECT string_agg(attempt::text, ',' ORDER BY attempt) FROM job_selftest_results"))
+    local gap = tonumber(stack.psql(db, "SELECT extract(epoch FROM max(created_at) - min(created_at)) FROM job_selftest_results"))
+    assert.is_true(gap >= 1, "retries came after " .. gap .. " s in all")
+
+    -- A kind without a handler is dead at once.
+    stack.eventually(function()
+      return stack.psql(db, "SELECT status FROM jobs WHERE kind = 'no_such_kind'") == "dead"
+    end, 10, 0.1, "the unknown kind was not buried")
+    local err = stack.psql(db, "SELECT last_error FROM jobs WHERE kind = 'no_such_kind'")
+    assert.truthy(err:find("unknown job kind", 1, true), err)
+    assert.equal("1", stack.psql(db, "SELECT attempts FROM jobs WHERE kind = 'no_such_kind'"))
+    assert.truthy(sgw.log():find('"job_dead"', 1, true))
+    assert.equal(0, sgw.stop())
+  end)
+
+  it("reschedules a job that returns {retry_in = s}", function()
+    local sgw = stack.start_sgw({
+      name = "jobs_retry_in",
+      set = { ["jobs.workers"] = 1, ["jobs.poll_interval_ms"] = 100 },
+    })
+    local db = sgw.database_url
+    enqueue(db, 1, { retry_in = 1 })
+    stack.eventually(function()
+      return count(db, "SELECT count(*) FROM jobs") == 0
+    end, 15, 0.1, "the job did not complete" .. log_tail(sgw))
+    assert.equal("1,2", stack.psql(db, "SELECT string_agg(attempt::text, ',' ORDER BY attempt) FROM job_selftest_results"))
+    local gap = tonumber(stack.psql(db, "SELECT extract(epoch FROM max(created_at) - min(created_at)) FROM job_selftest_results"))
+    assert.is_true(gap >= 0.9, "ran again after " .. gap .. " s")
+    assert.equal(0, sgw.stop())
+  end)
+
+  it("fires each timer once per interval across instances", function()
+    -- A copy of handlers/ and lib/ with a timers table of its own.
+    local root = stack.build_dir() .. "/test-roots/" .. stack.unique_name("timers")
+    local code, out = stack.sh("mkdir -p " .. q(root) .. " && cp -R " .. q(stack.repo_root() .. "/handlers")
+      .. " " .. q(stack.repo_root() .. "/lib") .. " " .. q(root) .. "/")
+    assert.equal(0, code, out)
+    local f = assert(io.open(root .. "/handlers/timers.lua", "w"))
+    f:write('return { { name = "selftest_tick", every = 1, job = "selftest_fetch" } }\n')
+    f:close()
+
+    local set = { ["jobs.workers"] = 2, ["jobs.poll_interval_ms"] = 100, ["lua.root"] = root }
+    local a = stack.start_sgw({ name = "jobs_timer_a", set = set })
+    local db = a.database_url
+    local b = stack.start_sgw({ name = "jobs_timer_b", database_url = db, set = set })
+    stack.sleep(4.5)
+    assert.equal(0, a.stop())
+    assert.equal(0, b.stop())
+    stack.sh("rm -rf " .. q(root))
+
+    local slots = count(db, "SELECT count(*) FROM timer_runs WHERE name = 'selftest_tick'")
+    assert.is_true(slots >= 3, "only " .. slots .. " slots in 4.5 s")
+    -- Consecutive slots, each fired once: one job (and one run) per slot.
+    assert.equal(slots, count(db, "SELECT max(slot) - min(slot) + 1 FROM timer_runs"))
+    assert.equal(slots, count(db, "SELECT count(*) FROM job_selftest_results")
+      + count(db, "SELECT count(*) FROM jobs WHERE kind = 'selftest_fetch'"))
+  end)
+end)
