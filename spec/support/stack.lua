@@ -1,0 +1,572 @@
+-- spec/support/stack.lua — the real stack for integration specs: the test
+-- services (PostgreSQL, Redis), fresh databases, sgw instances, HTTP calls.
+--
+--   local stack = require("stack")
+--   describe("posts", function()
+--     local sgw
+--     setup(function() sgw = stack.start_sgw({ set = { ["log.level"] = "debug" } }) end)
+--     teardown(stack.cleanup)
+--     it("answers", function()
+--       local status, body, headers = stack.request("GET", sgw.base_url .. "/api/v1/posts")
+--       assert.equal(401, status)
+--     end)
+--   end)
+--
+-- Runs under ctest (see spec/tests.cmake), which starts the services and sets
+-- SGW_TEST_DATABASE_URL, SGW_TEST_REDIS_URL and SGW_BUILD_DIR. Every sgw
+-- instance started here is stopped by stack.cleanup(), when this module is
+-- collected (end of the spec file or of busted), and — should busted itself
+-- die — by a watchdog that kills it once the busted process is gone.
+local http = require("socket.http")
+local ltn12 = require("ltn12")
+local socket = require("socket")
+local cjson = require("cjson")
+local cjson_safe = require("cjson.safe")
+
+local M = {}
+
+local instances = {}    -- started by start_sgw, not yet cleaned up
+local ports_given = {}  -- free_port() never hands out the same port twice
+local counter = 0
+
+-- ------------------------------------------------------------------ helpers
+
+--- Quotes s for a POSIX shell.
+function M.shell_quote(s)
+  s = tostring(s)
+  if s:match("^[%w%._/:=@%-+,]+$") then
+    return s
+  end
+  return "'" .. s:gsub("'", "'\\''") .. "'"
+end
+local q = M.shell_quote
+
+--- Runs a shell command; returns its exit code (128+n for a signal) and its
+--- output (stdout and stderr).
+function M.sh(cmd)
+  local p = assert(io.popen("{ " .. cmd .. "\n} 2>&1", "r"))
+  local out = p:read("a")
+  local _, how, code = p:close()
+  if how == "signal" then
+    code = 128 + code
+  end
+  return code or 0, out
+end
+
+function M.sleep(seconds)
+  socket.sleep(seconds)
+end
+
+function M.now()
+  return socket.gettime()
+end
+
+--- Calls fn until it returns a truthy value (returned) or timeout seconds pass
+--- (then raises with message, or with fn's second return value).
+function M.eventually(fn, timeout, interval, message)
+  local deadline = M.now() + (timeout or 10)
+  while true do
+    local v, why = fn()
+    if v then
+      return v
+    end
+    if M.now() >= deadline then
+      error((message or "condition not met") .. " within " .. (timeout or 10) .. " s"
+        .. (why and (": " .. tostring(why)) or ""), 2)
+    end
+    M.sleep(interval or 0.1)
+  end
+end
+
+local function read_file(path)
+  local f = io.open(path, "rb")
+  if not f then
+    return nil
+  end
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+local function tail(text, lines)
+  local all = {}
+  for line in (text or ""):gmatch("[^\n]*") do
+    all[#all + 1] = line
+  end
+  return table.concat(all, "\n", math.max(1, #all - (lines or 40)))
+end
+
+local cwd
+local function absolute(path)
+  if path:sub(1, 1) == "/" then
+    return path
+  end
+  if not cwd then
+    local p = assert(io.popen("pwd"))
+    cwd = p:read("l")
+    p:close()
+  end
+  return cwd .. "/" .. path
+end
+
+function M.repo_root()
+  return absolute(os.getenv("SGW_REPO_ROOT") or ".")
+end
+
+function M.build_dir()
+  return absolute(os.getenv("SGW_BUILD_DIR") or (M.repo_root() .. "/build"))
+end
+
+--- A name part safe for identifiers and file names: lower-case [a-z0-9_].
+function M.slug(s, max)
+  s = tostring(s or "t"):lower():gsub("[^%w]+", "_"):gsub("^_+", ""):gsub("_+$", "")
+  if s == "" then
+    s = "t"
+  end
+  return s:sub(1, max or 24)
+end
+
+--- A name nobody else uses: prefix_<time>_<random>_<n>.
+function M.unique_name(prefix)
+  counter = counter + 1
+  return string.format("%s_%d_%06d_%d", M.slug(prefix), os.time(), math.random(0, 999999), counter)
+end
+
+--- The URL (or keyword conninfo) of the same server with another database.
+function M.url_with_database(url, dbname)
+  local head, rest = url:match("^(postgres[%w]*://[^/?]*)(.*)$")
+  if head then
+    local query = rest:match("(%?.*)$") or ""
+    return head .. "/" .. dbname .. query
+  end
+  if url:match("dbname=") then
+    return (url:gsub("dbname=%S+", "dbname=" .. dbname))
+  end
+  return url .. " dbname=" .. dbname
+end
+
+-- ------------------------------------------------------------------ services
+
+--- The test services: { database_url = ..., redis_url = ... }.
+function M.services()
+  local db, redis = os.getenv("SGW_TEST_DATABASE_URL"), os.getenv("SGW_TEST_REDIS_URL")
+  if not db or db == "" or not redis or redis == "" then
+    error("SGW_TEST_DATABASE_URL / SGW_TEST_REDIS_URL are not set: run integration specs "
+      .. "through ctest (the 'services' fixture starts PostgreSQL and Redis), or by hand with "
+      .. "spec/support/run-integration ENV_FILE busted ...", 2)
+  end
+  return { database_url = db, redis_url = redis }
+end
+
+--- Creates a new empty database on the test PostgreSQL; returns its URL.
+function M.fresh_database(prefix)
+  local admin = M.services().database_url
+  local name = M.unique_name(prefix or "sgw")
+  local code, out = M.sh("psql " .. q(admin) .. " -X -q -v ON_ERROR_STOP=1 -c "
+    .. q('CREATE DATABASE "' .. name .. '"'))
+  if code ~= 0 then
+    error("could not create database " .. name .. ": " .. out, 2)
+  end
+  return M.url_with_database(admin, name), name
+end
+
+--- Runs SQL with psql against url; returns the output (unaligned, tuples
+--- only) or raises.
+function M.psql(url, sql)
+  local code, out = M.sh("psql " .. q(url) .. " -X -q -A -t -v ON_ERROR_STOP=1 -c " .. q(sql))
+  if code ~= 0 then
+    error("psql failed: " .. out, 2)
+  end
+  return (out:gsub("\n$", ""))
+end
+
+--- A TCP port on 127.0.0.1 that was free a moment ago.
+function M.free_port()
+  for _ = 1, 50 do
+    local s = assert(socket.bind("127.0.0.1", 0))
+    local _, port = s:getsockname()
+    s:close()
+    port = tonumber(port)
+    if not ports_given[port] then
+      ports_given[port] = true
+      return port
+    end
+  end
+  error("no free port found")
+end
+
+-- ------------------------------------------------------------------ HTTP
+
+--- HTTP request. opts: headers (table), body (string, or table sent as JSON),
+--- timeout (seconds, default 30). Returns status, body, headers (lower-case
+--- names), or nil and an error message when the connection failed.
+function M.request(method, url, opts)
+  opts = opts or {}
+  local headers = {}
+  for k, v in pairs(opts.headers or {}) do
+    headers[k:lower()] = v
+  end
+  local body = opts.body
+  if type(body) == "table" then
+    body = cjson.encode(body)
+    headers["content-type"] = headers["content-type"] or "application/json"
+  end
+  if body then
+    headers["content-length"] = tostring(#body)
+  end
+  local chunks = {}
+  http.TIMEOUT = opts.timeout or 30
+  local ok, status, resp_headers = http.request({
+    url = url,
+    method = method,
+    headers = headers,
+    source = body and ltn12.source.string(body) or nil,
+    sink = ltn12.sink.table(chunks),
+    redirect = false,
+  })
+  if not ok then
+    return nil, status
+  end
+  local lower = {}
+  for k, v in pairs(resp_headers or {}) do
+    lower[k:lower()] = v
+  end
+  return status, table.concat(chunks), lower
+end
+
+--- Like request, but decodes the body as JSON: status, value (nil when the
+--- body is empty or not JSON), headers, raw body.
+function M.json(method, url, opts)
+  local status, body, headers = M.request(method, url, opts)
+  if not status then
+    return nil, body
+  end
+  local value = nil
+  if body ~= "" then
+    value = cjson_safe.decode(body)
+  end
+  return status, value, headers, body
+end
+
+-- ------------------------------------------------------------------ sgw
+
+--- The `--config F --set k=v ...` arguments (a list) for settings: an array
+--- of {key, value} pairs, then opts.set (a table, applied in key order, so it
+--- overrides the pairs).
+function M.sgw_args(pairs_list, opts)
+  opts = opts or {}
+  local args = {}
+  if opts.config then
+    args[#args + 1] = "--config"
+    args[#args + 1] = opts.config
+  end
+  local function add(k, v)
+    args[#args + 1] = "--set"
+    args[#args + 1] = k .. "=" .. tostring(v)
+  end
+  for _, kv in ipairs(pairs_list) do
+    add(kv[1], kv[2])
+  end
+  local keys = {}
+  for k in pairs(opts.set or {}) do
+    keys[#keys + 1] = k
+  end
+  table.sort(keys)
+  for _, k in ipairs(keys) do
+    add(k, opts.set[k])
+  end
+  return args
+end
+
+local function command_line(list)
+  local out = {}
+  for i, a in ipairs(list) do
+    out[i] = q(a)
+  end
+  return table.concat(out, " ")
+end
+
+local function env_prefix(env)
+  local keys = {}
+  for k in pairs(env or {}) do
+    keys[#keys + 1] = k
+  end
+  if #keys == 0 then
+    return ""
+  end
+  table.sort(keys)
+  local parts = { "env" }
+  for _, k in ipairs(keys) do
+    parts[#parts + 1] = q(k .. "=" .. tostring(env[k]))
+  end
+  return table.concat(parts, " ") .. " "
+end
+
+local Instance = {}
+Instance.__index = Instance
+
+--- Exit code once the process has ended, else nil.
+function Instance:exit_code()
+  local s = read_file(self.status_path)
+  return s and tonumber(s:match("%d+")) or nil
+end
+
+function Instance:alive()
+  return self:exit_code() == nil
+end
+
+--- Waits up to timeout seconds for the process to end; its exit code or nil.
+function Instance:wait(timeout)
+  local deadline = M.now() + (timeout or 30)
+  repeat
+    local code = self:exit_code()
+    if code then
+      return code
+    end
+    M.sleep(0.05)
+  until M.now() >= deadline
+  return self:exit_code()
+end
+
+function Instance:signal(name)
+  if self:alive() then
+    os.execute("kill -" .. name .. " " .. self.pid .. " 2>/dev/null")
+  end
+end
+
+--- SIGTERM, then waits (default 30 s); returns the exit code. If it has not
+--- exited by then: SIGKILL, and returns nil, message.
+function Instance:stop(timeout)
+  self:signal("TERM")
+  local code = self:wait(timeout or 30)
+  if code then
+    return code
+  end
+  self:signal("KILL")
+  self:wait(10)
+  return nil, "sgw (pid " .. self.pid .. ") did not exit within " .. (timeout or 30) .. " s of SIGTERM; killed"
+end
+
+--- SIGKILL; returns the exit code (137).
+function Instance:kill()
+  self:signal("KILL")
+  return self:wait(10)
+end
+
+--- `sgw reload` with this instance's flags; returns exit code, output.
+function Instance:reload()
+  return M.sh("cd " .. q(self.root) .. " && " .. env_prefix(self.env) .. q(self.binary)
+    .. " reload " .. command_line(self.args))
+end
+
+--- Runs another sgw command (e.g. {"company", "create", "--name", "X"}) with
+--- this instance's flags; returns exit code, output.
+function Instance:command(argv)
+  return M.sh("cd " .. q(self.root) .. " && " .. env_prefix(self.env) .. q(self.binary)
+    .. " " .. command_line(argv) .. " " .. command_line(self.args))
+end
+
+--- The whole log (stdout and stderr) so far.
+function Instance:log()
+  return read_file(self.log_path) or ""
+end
+
+function Instance:request(method, path, opts)
+  return M.request(method, self.base_url .. path, opts)
+end
+
+function Instance:json(method, path, opts)
+  return M.json(method, self.base_url .. path, opts)
+end
+
+function Instance:admin(method, path, opts)
+  return M.request(method, self.admin_url .. path, opts)
+end
+
+-- Lua 5.4 method-call sugar also works as plain fields: inst.stop() etc.
+local function bind_methods(inst)
+  for name, fn in pairs(Instance) do
+    if type(fn) == "function" and name ~= "__index" then
+      inst[name] = function(first, ...)
+        if first == inst then
+          return fn(inst, ...)
+        end
+        return fn(inst, first, ...)
+      end
+    end
+  end
+  return inst
+end
+
+-- Starts `binary serve args...` in the background. A small sh supervisor
+-- writes the pid, waits for the process and writes its exit status; a
+-- watchdog stops it when the Lua process that started it is gone.
+local function spawn(inst)
+  local pidfile, status = inst.pid_path, inst.status_path
+  os.remove(pidfile)
+  os.remove(status)
+  local script = table.concat({
+    "owner=$PPID",
+    "cd " .. q(inst.root) .. " || exit 1",
+    "(",
+    "  " .. env_prefix(inst.env) .. q(inst.binary) .. " serve " .. command_line(inst.args)
+      .. " >> " .. q(inst.log_path) .. " 2>&1 < /dev/null &",
+    "  pid=$!",
+    "  echo $pid > " .. q(pidfile .. ".tmp") .. " && mv " .. q(pidfile .. ".tmp") .. " " .. q(pidfile),
+    "  (",
+    "    trap 'kill $s 2>/dev/null; wait $s 2>/dev/null; exit 0' TERM",
+    "    while kill -0 $owner 2>/dev/null; do sleep 1 & s=$!; wait $s; done",
+    "    trap - TERM",
+    "    kill -TERM $pid 2>/dev/null",
+    "    n=0; while kill -0 $pid 2>/dev/null && [ $n -lt 100 ]; do sleep 0.1; n=$((n+1)); done",
+    "    kill -KILL $pid 2>/dev/null",
+    "  ) &",
+    "  wd=$!",
+    "  wait $pid",
+    "  echo $? > " .. q(status .. ".tmp") .. " && mv " .. q(status .. ".tmp") .. " " .. q(status),
+    "  kill $wd 2>/dev/null",
+    ") > /dev/null 2>&1 < /dev/null &",
+  }, "\n")
+  local code, out = M.sh(script)
+  if code ~= 0 then
+    error("could not start sgw: " .. out)
+  end
+  local deadline = M.now() + 10
+  while M.now() < deadline do
+    local pid = read_file(pidfile)
+    if pid and pid:match("%d+") then
+      return tonumber(pid:match("%d+"))
+    end
+    M.sleep(0.02)
+  end
+  error("sgw did not start (no pid after 10 s)")
+end
+
+--- Starts an sgw instance (migrate, then serve) and waits until it answers.
+--- opts:
+---   set            table of config key -> value (--set, applied last)
+---   config         a config file (--config)
+---   database_url   else a fresh database, or the services' own database
+---                  when shared_database is true
+---   redis_url      else the services' Redis; false: no Redis
+---   env            extra environment variables for the sgw process
+---   name           a label for the log file name
+---   migrate        false: skip `sgw migrate`
+---   wait_for       "healthz" (default), "readyz", or false (do not wait)
+---   start_timeout  seconds (default 15, or SGW_TEST_START_TIMEOUT)
+--- Returns an instance: base_url, admin_url, http_port, admin_port, pid,
+--- log_path, database_url, redis_url, and stop(), kill(), reload(), log(),
+--- alive(), wait(), command(argv), request(m, path, o), json(m, path, o),
+--- admin(m, path, o).
+function M.start_sgw(opts)
+  opts = opts or {}
+  local svc = M.services()
+  local database_url = opts.database_url
+  if not database_url then
+    database_url = opts.shared_database and svc.database_url or M.fresh_database(opts.name or "sgw")
+  end
+  local redis_url = opts.redis_url
+  if redis_url == nil then
+    redis_url = svc.redis_url
+  elseif redis_url == false then
+    redis_url = ""
+  end
+
+  local http_port, admin_port = M.free_port(), M.free_port()
+  local inst = setmetatable({
+    root = M.repo_root(),
+    binary = opts.binary or (M.build_dir() .. "/sgw"),
+    env = opts.env,
+    http_port = http_port,
+    admin_port = admin_port,
+    base_url = "http://127.0.0.1:" .. http_port,
+    admin_url = "http://127.0.0.1:" .. admin_port,
+    database_url = database_url,
+    redis_url = redis_url,
+  }, Instance)
+  inst.args = M.sgw_args({
+    { "database.url", database_url },
+    { "redis.url", redis_url },
+    { "http.listen", "127.0.0.1:" .. http_port },
+    { "admin.listen", "127.0.0.1:" .. admin_port },
+    { "public_base_url", inst.base_url },
+  }, opts)
+
+  local logs = M.build_dir() .. "/test-logs"
+  os.execute("mkdir -p " .. q(logs))
+  local base = logs .. "/" .. M.slug(opts.name or "sgw") .. "-" .. http_port
+  inst.log_path, inst.pid_path, inst.status_path = base .. ".log", base .. ".pid", base .. ".status"
+
+  local f = io.open(inst.binary, "rb")
+  if not f then
+    error("sgw binary not found at " .. inst.binary .. " (build it: cmake --build build; "
+      .. "set SGW_BUILD_DIR to the build directory)", 2)
+  end
+  f:close()
+
+  if opts.migrate ~= false then
+    local code, out = M.sh("cd " .. q(inst.root) .. " && " .. env_prefix(inst.env) .. q(inst.binary)
+      .. " migrate " .. command_line(inst.args))
+    local lf = io.open(inst.log_path, "ab")
+    if lf then
+      lf:write("--- sgw migrate (exit ", tostring(code), ")\n", out, "--- sgw serve\n")
+      lf:close()
+    end
+    if code ~= 0 then
+      error("sgw migrate failed (exit " .. code .. "):\n" .. out, 2)
+    end
+  end
+
+  inst.pid = spawn(inst)
+  instances[#instances + 1] = inst
+  bind_methods(inst)
+
+  local wait_for = opts.wait_for
+  if wait_for == nil then
+    wait_for = "healthz"
+  end
+  if wait_for then
+    local timeout = opts.start_timeout or tonumber(os.getenv("SGW_TEST_START_TIMEOUT") or "") or 15
+    local deadline = M.now() + timeout
+    while true do
+      local code = inst:exit_code()
+      if code then
+        error("sgw exited (code " .. code .. ") while starting; log " .. inst.log_path .. ":\n"
+          .. tail(inst:log()), 2)
+      end
+      local status = M.request("GET", inst.admin_url .. "/" .. wait_for, { timeout = 1 })
+      if status == 200 then
+        break
+      end
+      if M.now() >= deadline then
+        inst:stop(5)
+        error("sgw did not answer 200 on /" .. wait_for .. " within " .. timeout .. " s; log "
+          .. inst.log_path .. ":\n" .. tail(inst:log()), 2)
+      end
+      M.sleep(0.1)
+    end
+  end
+  return inst
+end
+
+--- Stops every instance started here (SIGTERM, then SIGKILL after 10 s).
+--- Call it from teardown.
+function M.cleanup()
+  local list = instances
+  instances = {}
+  for _, inst in ipairs(list) do
+    if inst:alive() then
+      inst:stop(10)
+    end
+  end
+end
+
+-- When busted drops this module (end of an insulated spec file) or exits,
+-- stop whatever is still running.
+M._sentinel = setmetatable({}, {
+  __gc = function()
+    pcall(M.cleanup)
+  end,
+})
+
+return M

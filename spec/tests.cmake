@@ -1,0 +1,110 @@
+# spec/tests.cmake — registers the Lua specs, the test services and the C tests'
+# needs with ctest. Included at the end of CMakeLists.txt.
+#
+#   unit/<name>         spec/unit/<name>_spec.lua, busted, no services
+#   integration/<name>  spec/integration/<name>_spec.lua, busted, with the
+#                       `services` fixture (private PostgreSQL + Redis)
+#   services/start      fixture set-up: spec/support/services start
+#   services/stop       fixture clean-up: stops them and deletes their data
+#   c/<name>            spec/c/test_<name>.c (added by CMakeLists.txt); a C test
+#                       whose source mentions SGW_TEST_DATABASE_URL or
+#                       SGW_TEST_REDIS_URL gets the fixture and those variables
+#
+# Every test runs from the repository root. Servers, sgw instances and
+# databases get free ports and unique names, so `ctest -j2` is safe.
+# Labels: `ctest -L unit`, `-L integration`, `-L c`.
+
+find_program(SGW_LUA NAMES lua5.4)
+find_program(SGW_BUSTED NAMES busted)
+find_program(SGW_BASH NAMES bash)
+foreach(tool SGW_LUA SGW_BUSTED SGW_BASH)
+  if(NOT ${tool})
+    message(WARNING "${tool} not found (install lua5.4, lua-busted and bash, or run scripts/dev test): the Lua specs will fail")
+  endif()
+endforeach()
+if(NOT SGW_LUA)
+  set(SGW_LUA lua5.4)
+endif()
+if(NOT SGW_BUSTED)
+  set(SGW_BUSTED busted)
+endif()
+if(NOT SGW_BASH)
+  set(SGW_BASH bash)
+endif()
+
+set(SGW_TEST_SERVICES_DIR ${CMAKE_BINARY_DIR}/test-services)
+set(SGW_TEST_SERVICES_ENV ${CMAKE_BINARY_DIR}/test-services.env)
+set(SGW_RUN_WITH_SERVICES ${SGW_BASH} ${CMAKE_SOURCE_DIR}/spec/support/run-integration ${SGW_TEST_SERVICES_ENV})
+
+# busted under Lua 5.4 whatever `lua` points to; modules from lib/ and spec/support/.
+set(SGW_BUSTED_COMMAND ${SGW_LUA} ${SGW_BUSTED}
+  --lpath=./lib/?.lua --lpath=./lib/?/init.lua --lpath=./spec/support/?.lua
+  -o utfTerminal)
+
+# ---------------------------------------------------------------- services fixture
+add_test(NAME services/start
+  COMMAND ${SGW_BASH} ${CMAKE_SOURCE_DIR}/spec/support/services start ${SGW_TEST_SERVICES_DIR}
+          --env-file ${SGW_TEST_SERVICES_ENV}
+  WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+add_test(NAME services/stop
+  COMMAND ${SGW_BASH} ${CMAKE_SOURCE_DIR}/spec/support/services stop ${SGW_TEST_SERVICES_DIR} --purge
+  WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(services/start PROPERTIES FIXTURES_SETUP services TIMEOUT 180 LABELS services)
+set_tests_properties(services/stop PROPERTIES FIXTURES_CLEANUP services TIMEOUT 120 LABELS services)
+
+# ---------------------------------------------------------------- Lua specs
+file(GLOB SGW_UNIT_SPECS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/spec/unit/*_spec.lua)
+foreach(spec ${SGW_UNIT_SPECS})
+  get_filename_component(file ${spec} NAME)
+  string(REGEX REPLACE "_spec\\.lua$" "" name ${file})
+  add_test(NAME unit/${name}
+    COMMAND ${SGW_BUSTED_COMMAND} spec/unit/${file}
+    WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(unit/${name} PROPERTIES TIMEOUT 120 LABELS unit)
+endforeach()
+
+file(GLOB SGW_INTEGRATION_SPECS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/spec/integration/*_spec.lua)
+foreach(spec ${SGW_INTEGRATION_SPECS})
+  get_filename_component(file ${spec} NAME)
+  string(REGEX REPLACE "_spec\\.lua$" "" name ${file})
+  add_test(NAME integration/${name}
+    COMMAND ${SGW_RUN_WITH_SERVICES} ${SGW_BUSTED_COMMAND} spec/integration/${file}
+    WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(integration/${name} PROPERTIES
+    FIXTURES_REQUIRED services
+    ENVIRONMENT "SGW_BUILD_DIR=${CMAKE_BINARY_DIR};SGW_REPO_ROOT=${CMAKE_SOURCE_DIR}"
+    TIMEOUT 600
+    LABELS integration)
+endforeach()
+
+# ---------------------------------------------------------------- C tests
+# CMakeLists.txt registers c/<name> as the bare executable. Those that use the
+# services run through run-integration instead (so they see the env file written
+# at test time): the launcher is prepended to the test command by CMake, via
+# TEST_LAUNCHER (CMake >= 3.29) or CROSSCOMPILING_EMULATOR (older; used for
+# add_test whether or not cross-compiling). SGW_C_TESTS_NEEDING_SERVICES may
+# name more (e.g. -DSGW_C_TESTS_NEEDING_SERVICES=test_jobs).
+file(GLOB SGW_C_TEST_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/spec/c/test_*.c)
+foreach(src ${SGW_C_TEST_SOURCES})
+  get_filename_component(name ${src} NAME_WE)
+  if(NOT TEST c/${name} OR NOT TARGET ${name})
+    continue()
+  endif()
+  # Re-run the configure step when a C test changes, so the scan below stays true.
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${src})
+  file(READ ${src} body)
+  set(labels c)
+  if(body MATCHES "SGW_TEST_(DATABASE|REDIS)_URL" OR name IN_LIST SGW_C_TESTS_NEEDING_SERVICES)
+    if(CMAKE_VERSION VERSION_GREATER_EQUAL 3.29)
+      set_property(TARGET ${name} PROPERTY TEST_LAUNCHER ${SGW_RUN_WITH_SERVICES})
+    else()
+      set_property(TARGET ${name} PROPERTY CROSSCOMPILING_EMULATOR ${SGW_RUN_WITH_SERVICES})
+    endif()
+    set_tests_properties(c/${name} PROPERTIES FIXTURES_REQUIRED services)
+    list(APPEND labels services)
+  endif()
+  set_tests_properties(c/${name} PROPERTIES
+    ENVIRONMENT "SGW_BUILD_DIR=${CMAKE_BINARY_DIR};SGW_REPO_ROOT=${CMAKE_SOURCE_DIR}"
+    TIMEOUT 300
+    LABELS "${labels}")
+endforeach()
