@@ -22,6 +22,8 @@
 
 /* How much of an over-long chunked body is drained before giving up. */
 #define DISCARD_LIMIT ((size_t)16 << 20)
+/* How far over its limit a declared body may be and still be drained. */
+#define EARLY_DRAIN_LIMIT (1ull << 20)
 
 static struct MHD_Daemon *daemon_handle;
 static atomic_int         inflight;
@@ -190,9 +192,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             req->early_status = req->match.status;
         }
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (!req->early_status && cl && strtoull(cl, NULL, 10) > req->max_body) req->early_status = 413;
-        /* Refuse before reading a body that is too large or unwanted. */
-        if (req->early_status == 413 || req->early_status == 431) dispatch_now(conn, req);
+        unsigned long long declared = cl ? strtoull(cl, NULL, 10) : 0;
+        if (!req->early_status && declared > req->max_body) {
+            req->early_status = 413;
+            /* Decided now, before a byte of body is stored. A body a little
+             * over the limit is drained so the answer arrives on a healthy
+             * connection (closing with unread data can reset it before the
+             * client reads the 413); a large one is answered at once and the
+             * connection closed. */
+            if (declared - req->max_body <= EARLY_DRAIN_LIMIT) req->body_too_large = 1;
+        }
+        if (req->early_status == 431 || (req->early_status == 413 && !req->body_too_large)) dispatch_now(conn, req);
         return MHD_YES;
     }
     if (req->response) {
@@ -244,7 +254,7 @@ void http_complete(sgw_request *req) {
         for (int i = 0; i < req->nresp_headers; i++)
             MHD_add_response_header(r, req->resp_headers[i].name, req->resp_headers[i].value);
         MHD_add_response_header(r, "X-Request-Id", req->id);
-        if (req->early_status == 413 || req->early_status == 431)
+        if (req->early_status == 431 || (req->early_status == 413 && !req->body_too_large))
             MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     }
     req->response = r;
