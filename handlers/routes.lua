@@ -1,13 +1,24 @@
 -- Every endpoint of the gateway: method, path, handler module (under
 -- handlers/), the scope it needs, and its body rules. The host matches these;
 -- adding an endpoint needs no C.
+--
+--   auth = false        no credential needed (the route may authenticate itself)
+--   scope = "x:y"       the scope the credential must hold (403 otherwise)
+--   sandbox_only        test credentials only (403 sandbox_only otherwise)
+--   idempotency         "required" or "optional": Idempotency-Key handling
+--   raw_body            any media type (forms, uploads, webhooks)
+--   max_body            a byte count or a config key (default http.max_body_bytes)
 local routes = {
   { method = "GET", path = "/api/v1/openapi.json", handler = "api/openapi", auth = false },
+  { method = "POST", path = "/oauth/token", handler = "oauth/token", auth = false, raw_body = true, max_body = 16384 },
+  { method = "GET", path = "/api/v1/social-accounts", handler = "api/social_accounts_list", scope = "accounts:read" },
 }
 
--- Benchmark-only echo (bench/); off unless bench.enabled.
+-- Benchmark-only routes (bench/); off unless bench.enabled.
 if config.get("bench.enabled") then
   routes[#routes + 1] = { method = "POST", path = "/bench/echo", handler = "bench/echo", auth = false }
+  routes[#routes + 1] = { method = "GET", path = "/bench/ping", handler = "bench/ping", auth = false }
+  routes[#routes + 1] = { method = "GET", path = "/bench/ping-auth", handler = "bench/ping", scope = "accounts:read" }
 end
 
 return routes

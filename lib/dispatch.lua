@@ -1,9 +1,14 @@
--- The way of every request through the gateway: early refusals decided by
--- the host, body rules, then the route's handler; every outcome becomes a
--- response with the same headers, errors included.
+-- The way of every request through the gateway: who is asking, the rate
+-- limit, refusals the host already decided, the route's credential and scope,
+-- body rules, then the handler (behind Idempotency-Key where the route asks
+-- for it). Every outcome leaves with the same headers, errors included.
 local json = require "json"
 local problem = require "problem"
 local routes = require "handlers.routes"
+local auth = require "auth"
+local credentials = require "credentials"
+local ratelimit = require "ratelimit"
+local idempotency = require "idempotency"
 
 local M = {}
 
@@ -35,16 +40,20 @@ local function is_json_type(ct)
   return media == "application/json" or (media ~= nil and media:match("^application/[%w.+-]+%+json$") ~= nil)
 end
 
--- Turns a handler's (status, body, headers) into what the host sends.
-local function finish(status, body, headers)
-  headers = headers or {}
-  if type(body) == "table" then
-    body = json.encode(body)
-    if not headers["Content-Type"] then headers["Content-Type"] = "application/json" end
-  elseif body == nil then
-    body = ""
+-- The company comes only from the credential: a companyId anywhere in a
+-- body is refused, with every place it appears.
+local function company_fields(value, pointer, found)
+  if type(value) ~= "table" then return found end
+  for k, v in pairs(value) do
+    local key = type(k) == "number" and tostring(k - 1) or tostring(k)
+    local here = pointer .. "/" .. key:gsub("~", "~0"):gsub("/", "~1")
+    if k == "companyId" then
+      found[#found + 1] = { field = here, code = "field_not_allowed",
+        message = "The company is taken from the credential; do not send companyId." }
+    end
+    company_fields(v, here, found)
   end
-  return status, headers, body
+  return found
 end
 
 local function with_traceback(err)
@@ -52,13 +61,64 @@ local function with_traceback(err)
   return traceback and traceback(tostring(err)) or tostring(err)
 end
 
-local function run(req)
+local function unauthenticated(req, detail)
+  return problem.response(req, 401, "unauthenticated", detail or auth.REFUSAL,
+    { headers = { ["WWW-Authenticate"] = "Bearer" } })
+end
+
+-- Who is asking and how much they may still ask. Identification is skipped
+-- on routes that authenticate themselves (auth = false), which are then
+-- limited per address like any anonymous request.
+local function identify_and_limit(req, route)
+  local ident, refusal, cached
+  if not route or route.auth ~= false then
+    ident, refusal, cached = auth.identify(req, true)
+  end
+  local key, limit
+  if ident then
+    key, limit = "client:" .. ident.client_id, ident.rate_limit or config.get("api.rate_limit.per_minute")
+  else
+    key, limit = "addr:" .. (req.remote_addr or "?"), config.get("api.rate_limit.anonymous_per_minute")
+  end
+  local rl = ratelimit.check(key, limit, credentials.EPOCH_KEY)
+  if credentials.observe_epoch(rl.epoch) and cached then
+    -- Credentials changed somewhere (rotation, revocation) since this worker
+    -- cached them, or Redis cannot say: ask PostgreSQL.
+    ident, refusal = auth.identify(req, rl.epoch ~= nil)
+  end
+  return ident, refusal, rl
+end
+
+local function run(req, ctx)
+  local route = req.route_index and routes[req.route_index]
+  ctx.route = route
+  local ident, refusal, rl = identify_and_limit(req, route)
+  ctx.headers = ratelimit.headers(rl)
+  if not rl.allowed then
+    return problem.response(req, 429, "rate_limited",
+      "Too many requests; retry after " .. rl.retry_after .. " s.")
+  end
   if req.early_status then
     local e = early[req.early_status]
     local headers = req.early_status == 405 and { Allow = req.allow } or nil
     return problem.response(req, req.early_status, e[1], e[2](req), { headers = headers })
   end
-  local route = routes[req.route_index]
+
+  if route.auth ~= false then
+    if not ident then return unauthenticated(req, refusal) end
+    if route.scope and not ident.scopes[route.scope] then
+      return problem.response(req, 403, "insufficient_scope",
+        "This endpoint needs the scope " .. route.scope .. ".",
+        { headers = { ["WWW-Authenticate"] = 'Bearer error="insufficient_scope", scope="' .. route.scope .. '"' } })
+    end
+    if route.sandbox_only and ident.environment ~= "test" then
+      return problem.response(req, 403, "sandbox_only", "Sandbox tools need a test credential (sgk_test_...).")
+    end
+    ctx.client = ident
+    req.client_id = ident.client_id
+    credentials.touch(ident)
+  end
+
   local body = req.body
   if body and #body > 0 and not route.raw_body then
     if not is_json_type(req.headers["content-type"]) then
@@ -69,23 +129,51 @@ local function run(req)
     if value == nil then
       return problem.response(req, 400, "invalid_json", "The body is not valid JSON: " .. tostring(err) .. ".")
     end
+    local forbidden = company_fields(value, "", {})
+    if #forbidden > 0 then
+      return problem.response(req, 422, "validation_failed", "The request has invalid fields.", { errors = forbidden })
+    end
     req.json = value
   end
-  local ctx = { route = route }
-  local ok, status, out, headers = xpcall(handler_for(route), with_traceback, req, ctx)
-  if ok then return status, out, headers end
-  if problem.is_problem(status) then
-    local p = status
-    return problem.response(req, p.status, p.code, p.detail, p.opts)
+
+  local handler = handler_for(route)
+  local call = function() return handler(req, ctx) end
+  if route.idempotency then
+    return idempotency.wrap(req, ctx, call)
   end
-  log.error("handler_error", { requestId = req.id, route = route.path, error = tostring(status) })
-  return problem.response(req, 500, "internal_error",
-    "The request could not be completed; it was logged under its requestId.")
+  return call()
+end
+
+-- Turns a handler's (status, body, headers) into what the host sends, with
+-- the headers every response carries.
+local function finish(status, body, headers, ctx)
+  headers = headers or {}
+  for k, v in pairs(ctx.headers or {}) do
+    if headers[k] == nil then headers[k] = v end
+  end
+  if type(body) == "table" then
+    body = json.encode(body)
+    if not headers["Content-Type"] then headers["Content-Type"] = "application/json" end
+  elseif body == nil then
+    body = ""
+  end
+  return status, headers, body
 end
 
 function M.handle(req)
-  local status, body, headers = run(req)
-  local s, h, b = finish(status, body, headers)
+  local ctx = {}
+  local ok, status, body, headers = xpcall(run, with_traceback, req, ctx)
+  if not ok then
+    if problem.is_problem(status) then
+      local p = status
+      status, body, headers = problem.response(req, p.status, p.code, p.detail, p.opts)
+    else
+      log.error("handler_error", { requestId = req.id, route = ctx.route and ctx.route.path, error = tostring(status) })
+      status, body, headers = problem.response(req, 500, "internal_error",
+        "The request could not be completed; it was logged under its requestId.")
+    end
+  end
+  local s, h, b = finish(status, body, headers, ctx)
   return s, h, b, req.client_id
 end
 

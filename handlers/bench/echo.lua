@@ -1,18 +1,17 @@
 -- POST /bench/echo — the Lua echo of bench/run-http (routed only when
--- bench.enabled is true). Decodes the JSON object in the body and answers it
--- back with one added field, so a measurement covers a JSON decode, a handler
--- call and a JSON encode on top of the host's HTTP work.
+-- bench.enabled is true). Answers the JSON object of the body with one added
+-- field, so a measurement covers a JSON decode, a handler call and a JSON
+-- encode on top of the host's HTTP work.
 local cjson = require("cjson.safe")
+local problem = require("problem")
 
 return function(req)
-  local doc = req.body and cjson.decode(req.body)
-  if type(doc) ~= "table" then
-    return 400, {
-      type = "about:blank",
-      title = "Request body is not a JSON object",
-      status = 400,
-      code = "invalid_json",
-    }, { ["Content-Type"] = "application/problem+json" }
+  -- The dispatcher has already decoded a JSON body into req.json (and
+  -- answered 400 to malformed JSON); decode here only when it has not.
+  local doc = req.json
+  if doc == nil and req.body then doc = cjson.decode(req.body) end
+  if type(doc) ~= "table" or doc[1] ~= nil then
+    return problem.response(req, 400, "invalid_json", "The body must be a JSON object.")
   end
   doc.echo = true
   return 200, doc

@@ -490,6 +490,9 @@ function M.start_sgw(opts)
     { "http.listen", "127.0.0.1:" .. http_port },
     { "admin.listen", "127.0.0.1:" .. admin_port },
     { "public_base_url", inst.base_url },
+    -- Instances on one database are one deployment: they share Redis keys,
+    -- and nothing else running on the test Redis does.
+    { "redis.namespace", "t_" .. (database_url:match("([%w_]+)[^/]*$") or "sgw") },
   }, opts)
 
   local logs = M.build_dir() .. "/test-logs"

@@ -1,0 +1,36 @@
+-- sgw account add --company ID --environment live|test --platform facebook|instagram
+--   --platform-account-id ID --name N [--username U] --access-token T  ->  {"accountId"}
+local cli = require "cli"
+local accounts = require "accounts"
+
+local usage = [[usage: sgw account add --company ID --environment live|test --platform facebook|instagram
+         --platform-account-id ID --name NAME [--username U] --access-token TOKEN]]
+
+return function(args)
+  local pos, flags = cli.parse(args, {
+    company = true, environment = true, platform = true, ["platform-account-id"] = true,
+    name = true, username = true, ["access-token"] = true,
+  })
+  if not pos then return cli.fail(flags .. "\n" .. usage, 2) end
+  if pos[1] ~= "add" or #pos ~= 1 then return cli.fail(usage, 2) end
+  if flags.environment ~= "live" and flags.environment ~= "test" then return cli.fail("--environment must be live or test", 2) end
+  if flags.platform ~= "facebook" and flags.platform ~= "instagram" then return cli.fail("--platform must be facebook or instagram", 2) end
+  for _, f in ipairs { "company", "platform-account-id", "name", "access-token" } do
+    if not flags[f] or flags[f] == "" then return cli.fail("--" .. f .. " is required\n" .. usage, 2) end
+  end
+  if not flags["platform-account-id"]:match("^[%w_.-]+$") or #flags["platform-account-id"] > 64 then
+    return cli.fail("--platform-account-id must be the platform's id (letters, digits, _ . -)", 2)
+  end
+  if #flags.name > 200 then return cli.fail("--name is longer than 200 characters", 2) end
+  local ok, err = cli.need_database()
+  if not ok then return cli.fail(err) end
+  local rows = assert(db.query("SELECT id FROM companies WHERE id = $1", flags.company))
+  if not rows[1] then return cli.fail("no company " .. flags.company) end
+  local id, aerr = accounts.add({
+    company_id = flags.company, environment = flags.environment, platform = flags.platform,
+    platform_account_id = flags["platform-account-id"], name = flags.name, username = flags.username,
+    access_token = flags["access-token"],
+  })
+  if not id then return cli.fail("could not add the account: " .. aerr) end
+  return cli.ok({ accountId = id })
+end

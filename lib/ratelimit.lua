@@ -1,0 +1,107 @@
+-- Per-key rate limits shared by every gateway instance through Redis.
+--
+-- Algorithm: GCRA (generic cell rate algorithm), the "virtual scheduling"
+-- form of a token bucket. A limit of N per minute means one request every
+-- T = 60 s / N; the only state is the key's theoretical arrival time (TAT),
+-- the moment its bucket would be full again. A request at `now` is allowed
+-- when max(TAT, now) + T - now <= 60 s (a fresh key may spend all N at once),
+-- and then moves the TAT by T. Why GCRA rather than fixed or sliding windows:
+--   - one key per client holding one number, O(1) per request, expiring by
+--     itself (PEXPIRE at the TAT) — no lists of timestamps, no cleanup;
+--   - smooth: capacity comes back continuously (one request every T), so no
+--     window edge lets a client send 2N within a few seconds;
+--   - exact across instances: the check and the update run as one Redis
+--     script on Redis's clock (TIME), so instances never disagree and their
+--     own clocks do not matter. The script also reads the credential-cache
+--     epoch key, so a request costs exactly one round trip.
+-- Refused requests do not move the TAT: a client that keeps hammering still
+-- gets its N per minute.
+--
+-- Header values: Remaining is how many requests could be sent right now;
+-- Reset is the whole seconds (rounded up) until the bucket is full again,
+-- i.e. until Remaining would be back at the limit; Retry-After (refusals
+-- only) is the whole seconds (>= 1) until the next request is allowed.
+--
+-- When Redis is unreachable or errs, requests are allowed (fail open, as the
+-- contract says): counted in sgw_ratelimit_fail_open_total and logged at most
+-- every 10 s per worker.
+local M = {}
+
+-- Runs inside Redis (Lua 5.1; also valid Lua 5.4, so the unit specs run this
+-- very text). Times are integer microseconds, exact in doubles (< 2^53).
+-- KEYS[1] state key, KEYS[2] (optional) epoch key; ARGV[1] limit per minute.
+-- Returns {allowed 1|0, remaining, us until full, us until allowed, epoch}.
+M.script = [[
+if redis.replicate_commands then redis.replicate_commands() end
+local window = 60000000
+local limit = math.max(1, math.min(window, math.floor(tonumber(ARGV[1]))))
+-- An integer interval keeps the arithmetic exact (window = N * interval is
+-- at most N microseconds short of a minute).
+local interval = math.floor(window / limit)
+window = interval * limit
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local tat = math.max(tonumber(redis.call('GET', KEYS[1])) or now, now)
+local allowed, wait = 1, 0
+if tat + interval - now > window then
+  allowed, wait = 0, tat + interval - window - now
+else
+  tat = tat + interval
+  redis.call('SET', KEYS[1], string.format('%.0f', tat), 'PX', math.ceil((tat - now) / 1000))
+end
+local epoch = 0
+if KEYS[2] then epoch = math.floor(tonumber(redis.call('GET', KEYS[2])) or 0) end
+return { allowed, math.floor((window - (tat - now)) / interval), tat - now, wait, epoch }
+]]
+
+local LOG_EVERY_MS = 10000
+local last_fail_log -- per worker state: a dead Redis logs once per 10 s, not per request
+
+local function ceil_s(us)
+  return math.max(0, math.ceil(us / 1000000))
+end
+
+local function fail_open(limit, err)
+  metrics.inc("sgw_ratelimit_fail_open_total")
+  local now = clock.mono_ms()
+  if not last_fail_log or now - last_fail_log >= LOG_EVERY_MS then
+    last_fail_log = now
+    log.warn("ratelimit_fail_open", { error = tostring(err) })
+  end
+  return { allowed = true, limit = limit, remaining = limit, reset = 60, failed_open = true }
+end
+
+-- Counts one request against `key` (e.g. "client:cli_1", "addr:10.0.0.1")
+-- and reads `epoch_key` (may be nil) in the same round trip.
+function M.check(key, limit, epoch_key)
+  local reply, err
+  if epoch_key then
+    reply, err = redis.eval_cached(M.script, 2, config.get("redis.namespace") .. ":rl:" .. key, epoch_key, limit)
+  else
+    reply, err = redis.eval_cached(M.script, 1, config.get("redis.namespace") .. ":rl:" .. key, limit)
+  end
+  if type(reply) ~= "table" or type(reply[5]) ~= "number" then
+    return fail_open(limit, err or "unexpected reply")
+  end
+  local r = {
+    allowed = reply[1] == 1,
+    limit = limit,
+    remaining = math.max(0, reply[2]),
+    reset = ceil_s(reply[3]),
+    epoch = reply[5],
+  }
+  if not r.allowed then r.retry_after = math.max(1, ceil_s(reply[4])) end
+  return r
+end
+
+function M.headers(r)
+  local h = {
+    ["X-RateLimit-Limit"] = tostring(math.floor(r.limit)),
+    ["X-RateLimit-Remaining"] = tostring(r.remaining),
+    ["X-RateLimit-Reset"] = tostring(r.reset),
+  }
+  if not r.allowed then h["Retry-After"] = tostring(r.retry_after) end
+  return h
+end
+
+return M

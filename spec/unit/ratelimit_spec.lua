@@ -1,0 +1,208 @@
+-- lib/ratelimit.lua against a fake Redis that runs the module's own script
+-- (the same text Redis runs), so the GCRA arithmetic itself is under test,
+-- on a clock the spec moves.
+describe("ratelimit", function()
+  local ratelimit, store, now_us, mono, down, evals, counted, logged
+
+  -- Redis's view of Lua values: a GET of a missing key is false, numbers in
+  -- a reply become integers (truncated).
+  local function fake_call(cmd, key, value, px, ms)
+    cmd = cmd:upper()
+    if cmd == "TIME" then
+      return { tostring(now_us // 1000000), tostring(now_us % 1000000) }
+    elseif cmd == "GET" then
+      local e = store[key]
+      if e and e.expires_us and e.expires_us <= now_us then store[key], e = nil, nil end
+      return e and e.value or false
+    elseif cmd == "SET" then
+      assert.equal("PX", px)
+      assert.is_true(tonumber(ms) >= 1)
+      store[key] = { value = value, expires_us = now_us + tonumber(ms) * 1000 }
+      return "OK"
+    end
+    error("unexpected command " .. cmd)
+  end
+
+  local function to_reply(v)
+    if type(v) == "number" then return math.tointeger(v >= 0 and math.floor(v) or math.ceil(v)) end
+    if type(v) == "table" then
+      local out = {}
+      for i, x in ipairs(v) do out[i] = to_reply(x) end
+      return out
+    end
+    return v
+  end
+
+  local function eval(script, nkeys, ...)
+    local args = { ... }
+    local keys, argv = {}, {}
+    for i, a in ipairs(args) do
+      if i <= nkeys then keys[#keys + 1] = a else argv[#argv + 1] = tostring(a) end
+    end
+    local env = {
+      KEYS = keys, ARGV = argv, math = math, string = string, tonumber = tonumber, tostring = tostring,
+      redis = { call = fake_call, replicate_commands = function() return true end },
+    }
+    return to_reply(assert(load(script, "=ratelimit", "t", env))())
+  end
+
+  local function advance(seconds)
+    now_us = now_us + math.floor(seconds * 1000000)
+  end
+
+  before_each(function()
+    store, evals, counted, logged, down = {}, {}, 0, {}, false
+    now_us, mono = 1700000000 * 1000000 + 123456, 5000
+    _G.redis = {
+      eval_cached = function(script, nkeys, ...)
+        evals[#evals + 1] = { nkeys = nkeys, ... }
+        if down then return nil, "Connection refused" end
+        return eval(script, nkeys, ...)
+      end,
+    }
+    _G.metrics = { inc = function(name) if name == "sgw_ratelimit_fail_open_total" then counted = counted + 1 end end }
+    _G.log = { warn = function(event, fields) logged[#logged + 1] = { event = event, fields = fields } end }
+    _G.clock = { mono_ms = function() return mono end }
+    package.loaded.ratelimit = nil
+    ratelimit = require("ratelimit")
+  end)
+
+  after_each(function()
+    _G.redis, _G.metrics, _G.log, _G.clock = nil, nil, nil, nil
+  end)
+
+  it("lets a fresh key spend its whole minute at once, then refuses", function()
+    for i = 1, 5 do
+      local r = ratelimit.check("client:cli_1", 5)
+      assert.is_true(r.allowed)
+      assert.equal(5 - i, r.remaining)
+      assert.equal(12 * i, r.reset) -- one request comes back every 12 s
+      assert.is_nil(r.retry_after)
+    end
+    local r = ratelimit.check("client:cli_1", 5)
+    assert.is_false(r.allowed)
+    assert.same({ allowed = false, limit = 5, remaining = 0, reset = 60, retry_after = 12, epoch = 0 }, r)
+  end)
+
+  it("refills one request per interval, and fully after a minute", function()
+    for _ = 1, 5 do ratelimit.check("k", 5) end
+    advance(11.9)
+    local r = ratelimit.check("k", 5)
+    assert.is_false(r.allowed)
+    assert.equal(1, r.retry_after) -- 0.1 s rounded up, never 0
+    advance(0.1)
+    r = ratelimit.check("k", 5)
+    assert.is_true(r.allowed)
+    assert.equal(0, r.remaining)
+    assert.is_false(ratelimit.check("k", 5).allowed)
+    advance(60)
+    r = ratelimit.check("k", 5)
+    assert.equal(4, r.remaining)
+    assert.equal(12, r.reset)
+  end)
+
+  it("does not charge refused requests", function()
+    for _ = 1, 5 do ratelimit.check("k", 5) end
+    for _ = 1, 50 do assert.is_false(ratelimit.check("k", 5).allowed) end
+    advance(12)
+    assert.is_true(ratelimit.check("k", 5).allowed)
+  end)
+
+  it("rounds retry_after and reset up to whole seconds", function()
+    for _ = 1, 7 do assert.is_true(ratelimit.check("k", 7).allowed) end -- 8.57 s apart
+    local r = ratelimit.check("k", 7)
+    assert.is_false(r.allowed)
+    assert.equal(9, r.retry_after)
+    assert.equal(60, r.reset)
+    advance(60)
+    r = ratelimit.check("k", 7)
+    assert.equal(6, r.remaining)
+    assert.equal(9, r.reset)
+  end)
+
+  it("keeps keys apart and stores them under sgw:rl: with an expiry", function()
+    for _ = 1, 3 do ratelimit.check("client:a", 3) end
+    assert.is_false(ratelimit.check("client:a", 3).allowed)
+    assert.is_true(ratelimit.check("client:b", 3).allowed)
+    assert.is_true(ratelimit.check("addr:127.0.0.1", 3).allowed)
+    assert.truthy(store["sgw:rl:client:a"])
+    assert.truthy(store["sgw:rl:addr:127.0.0.1"])
+    -- The state expires when the bucket is full again: nothing is left behind.
+    assert.equal(now_us + 60000000, store["sgw:rl:client:a"].expires_us)
+    advance(60)
+    assert.is_false(fake_call("GET", "sgw:rl:client:a"))
+  end)
+
+  it("handles limits too large for a whole microsecond per request", function()
+    local r = ratelimit.check("k", 1000000000)
+    assert.is_true(r.allowed)
+    assert.equal(1000000000, r.limit)
+    assert.is_true(r.remaining > 0)
+  end)
+
+  it("reads the epoch key in the same call", function()
+    local r = ratelimit.check("k", 5)
+    assert.equal(0, r.epoch)
+    assert.equal(1, evals[1].nkeys) -- no epoch key: Redis is not asked for one
+    assert.equal(0, ratelimit.check("k", 5, "sgw:cred_epoch").epoch)
+    store["sgw:cred_epoch"] = { value = "42" }
+    assert.equal(42, ratelimit.check("k", 5, "sgw:cred_epoch").epoch)
+    assert.equal(2, evals[3].nkeys)
+    assert.equal("sgw:cred_epoch", evals[3][2])
+    assert.equal(3, #evals) -- one round trip per check
+  end)
+
+  describe("headers", function()
+    it("carries the limit, remaining and reset as strings", function()
+      local h = ratelimit.headers(ratelimit.check("k", 5))
+      assert.same({ ["X-RateLimit-Limit"] = "5", ["X-RateLimit-Remaining"] = "4", ["X-RateLimit-Reset"] = "12" }, h)
+    end)
+
+    it("adds Retry-After when refused", function()
+      for _ = 1, 2 do ratelimit.check("k", 2) end
+      assert.same({ ["X-RateLimit-Limit"] = "2", ["X-RateLimit-Remaining"] = "0",
+        ["X-RateLimit-Reset"] = "60", ["Retry-After"] = "30" }, ratelimit.headers(ratelimit.check("k", 2)))
+    end)
+  end)
+
+  describe("when Redis fails", function()
+    it("fails open, counts every request and logs at most every 10 s", function()
+      down = true
+      for _ = 1, 3 do
+        local r = ratelimit.check("k", 5, "sgw:cred_epoch")
+        assert.same({ allowed = true, limit = 5, remaining = 5, reset = 60, failed_open = true }, r)
+        assert.is_nil(r.epoch) -- unknown: the caller must not trust its caches
+      end
+      assert.equal(3, counted)
+      assert.equal(1, #logged)
+      assert.equal("ratelimit_fail_open", logged[1].event)
+      assert.equal("Connection refused", logged[1].fields.error)
+      mono = mono + 9999
+      ratelimit.check("k", 5)
+      assert.equal(1, #logged)
+      mono = mono + 1
+      ratelimit.check("k", 5)
+      assert.equal(2, #logged)
+      assert.same({ ["X-RateLimit-Limit"] = "5", ["X-RateLimit-Remaining"] = "5", ["X-RateLimit-Reset"] = "60" },
+        ratelimit.headers(ratelimit.check("k", 5)))
+    end)
+
+    it("fails open on an error reply too", function()
+      _G.redis.eval_cached = function() return nil, "OOM command not allowed" end
+      assert.is_true(ratelimit.check("k", 1).allowed)
+      assert.is_true(ratelimit.check("k", 1).failed_open)
+      assert.equal(2, counted)
+    end)
+
+    it("applies limits again once Redis is back", function()
+      down = true
+      for _ = 1, 10 do assert.is_true(ratelimit.check("k", 2).allowed) end
+      down = false
+      assert.is_true(ratelimit.check("k", 2).allowed)
+      assert.is_true(ratelimit.check("k", 2).allowed)
+      local r = ratelimit.check("k", 2)
+      assert.is_false(r.allowed)
+      assert.is_nil(r.failed_open)
+    end)
+  end)
+end)
