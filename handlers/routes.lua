@@ -8,6 +8,7 @@
 --   idempotency         "required" or "optional": Idempotency-Key handling
 --   raw_body            any media type (forms, uploads, webhooks)
 --   max_body            a byte count or a config key (default http.max_body_bytes)
+--   rate_limit = false  no rate limit (with auth = false; benchmark routes only)
 local routes = {
   { method = "GET", path = "/api/v1/openapi.json", handler = "api/openapi", auth = false },
   { method = "POST", path = "/oauth/token", handler = "oauth/token", auth = false, raw_body = true, max_body = 16384 },
@@ -16,8 +17,8 @@ local routes = {
 
 -- Benchmark-only routes (bench/); off unless bench.enabled.
 if config.get("bench.enabled") then
-  routes[#routes + 1] = { method = "POST", path = "/bench/echo", handler = "bench/echo", auth = false }
-  routes[#routes + 1] = { method = "GET", path = "/bench/ping", handler = "bench/ping", auth = false }
+  routes[#routes + 1] = { method = "POST", path = "/bench/echo", handler = "bench/echo", auth = false, rate_limit = false }
+  routes[#routes + 1] = { method = "GET", path = "/bench/ping", handler = "bench/ping", auth = false, rate_limit = false }
   routes[#routes + 1] = { method = "GET", path = "/bench/ping-auth", handler = "bench/ping", scope = "accounts:read" }
 end
 

@@ -30,6 +30,7 @@ describe("host", function()
         ["lua.memory_limit_mb"] = 48,
         ["http.max_body_bytes"] = 4096,
         ["http.workers"] = 4,
+        ["api.rate_limit.anonymous_per_minute"] = 1000000,
       },
     }
   end)
@@ -271,7 +272,7 @@ end
     end)
 
     it("drains in-flight requests on SIGTERM and exits 0", function()
-      local other = stack.start_sgw { name = "drain", set = { ["lua.root"] = root } }
+      local other = stack.start_sgw { name = "drain", set = { ["lua.root"] = root, ["api.rate_limit.anonymous_per_minute"] = 1000000 } }
       local out_file = stack.build_dir() .. "/test-roots/drain-" .. other.http_port .. ".out"
       stack.sh("(curl -s -o " .. stack.shell_quote(out_file) .. " -w '%{http_code}' " .. other.base_url
         .. "/test/slow > " .. stack.shell_quote(out_file .. ".code") .. " 2>&1 &)")
