@@ -1,0 +1,48 @@
+-- A fake of the host's globals for unit specs of lib/ and handlers/: config
+-- from config/sgw.conf (with overrides), a settable clock, a silent log, and
+-- the few crypto functions pure code needs. Anything else is left out on
+-- purpose, so a unit under test that reaches for I/O fails loudly.
+local M = {}
+
+local function read_defaults()
+  local values = {}
+  for line in io.lines("config/sgw.conf") do
+    local k, v = line:match("^%s*([%w._]+)%s*=%s*(.-)%s*$")
+    if k then
+      if v == "true" then v = true
+      elseif v == "false" then v = false
+      elseif tonumber(v) then v = tonumber(v) end
+      values[k] = v
+    end
+  end
+  return values
+end
+
+function M.install(overrides)
+  local values = read_defaults()
+  for k, v in pairs(overrides or {}) do values[k] = v end
+  local now = 1700000000
+  _G.config = { get = function(k) return values[k] end }
+  _G.log = { debug = function() end, info = function() end, warn = function() end, error = function() end }
+  _G.clock = {
+    now = function() return now end,
+    set = function(t) now = t end,
+    iso = function(t) return os.date("!%Y-%m-%dT%H:%M:%S.000Z", math.floor(t or now)) end,
+  }
+  _G.metrics = { inc = function() end, set = function() end }
+  _G.crypto = {
+    random_token = function(n)
+      local chars = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+      local t = {}
+      for i = 1, n do
+        local j = math.random(1, #chars)
+        t[i] = chars:sub(j, j)
+      end
+      return table.concat(t)
+    end,
+    constant_eq = function(a, b) return a == b end,
+  }
+  return values
+end
+
+return M

@@ -1,0 +1,105 @@
+-- Pure parts of identity: credential shapes, header parsing, scopes, forms,
+-- webhook URL rules.
+local fake = require "fake_host"
+fake.install()
+
+local scopes = require "scopes"
+local form = require "form"
+local credentials = require "credentials"
+local auth = require "auth"
+local webhook_url = require "webhook_url"
+
+describe("credentials", function()
+  it("recognises API keys by prefix and length", function()
+    assert.are.equal("test", credentials.api_key_environment("sgk_test_" .. string.rep("a", 32)))
+    assert.are.equal("live", credentials.api_key_environment("sgk_live_" .. string.rep("Z", 40)))
+    assert.is_nil(credentials.api_key_environment("sgk_test_" .. string.rep("a", 31)))
+    assert.is_nil(credentials.api_key_environment("sgk_prod_" .. string.rep("a", 40)))
+    assert.is_nil(credentials.api_key_environment("sgk_test_" .. string.rep("a", 30) .. "-_"))
+    assert.is_nil(credentials.api_key_environment("sgk_test_" .. string.rep("a", 300)))
+  end)
+
+  it("makes keys, secrets and ids of the documented shapes", function()
+    local key = credentials.new_api_key("live")
+    assert.matches("^sgk_live_%w+$", key)
+    assert.are.equal("live", credentials.api_key_environment(key))
+    assert.matches("^sgs_test_%w+$", credentials.new_client_secret("test"))
+    assert.matches("^cli_%w+$", credentials.new_id("cli_"))
+    assert.is_true(credentials.is_access_token(credentials.new_access_token()))
+    assert.are.equal("sgk_live_" .. key:sub(10, 13), credentials.prefix_of(key))
+  end)
+
+  it("drops its cache whenever the epoch moves or cannot be read", function()
+    assert.is_true(credentials.observe_epoch(1))
+    assert.is_false(credentials.observe_epoch(1))
+    assert.is_true(credentials.observe_epoch(2))
+    assert.is_true(credentials.observe_epoch(nil))
+  end)
+end)
+
+describe("auth.presented", function()
+  local key = "sgk_test_" .. string.rep("k", 40)
+  local function req(headers) return { headers = headers } end
+
+  it("takes the key from X-Api-Key or Authorization: Bearer", function()
+    assert.are.equal(key, auth.presented(req { ["x-api-key"] = key }))
+    assert.are.equal(key, auth.presented(req { authorization = "Bearer " .. key }))
+    assert.are.equal(key, auth.presented(req { authorization = "bearer   " .. key .. " " }))
+    assert.are.equal(key, auth.presented(req { ["x-api-key"] = key, authorization = "Bearer " .. key }))
+    assert.is_nil(auth.presented(req {}))
+  end)
+
+  it("refuses other schemes, two different credentials and empty ones", function()
+    assert.is_false(auth.presented(req { authorization = "Basic YTpi" }))
+    assert.is_false(auth.presented(req { authorization = "Bearer" }))
+    assert.is_false(auth.presented(req { ["x-api-key"] = key, authorization = "Bearer other" }))
+    assert.is_false(auth.presented(req { ["x-api-key"] = "  " }))
+  end)
+end)
+
+describe("scopes", function()
+  it("parses space-separated lists, keeping order and dropping repeats", function()
+    assert.are.same({ "posts:read", "posts:write" }, scopes.parse("posts:read  posts:write posts:read"))
+    assert.are.same({}, scopes.parse(""))
+  end)
+
+  it("names the first unknown scope", function()
+    local list, unknown = scopes.parse("posts:read admin:all")
+    assert.is_nil(list)
+    assert.are.equal("admin:all", unknown)
+  end)
+end)
+
+describe("form", function()
+  it("decodes application/x-www-form-urlencoded", function()
+    assert.are.same({ grant_type = "client_credentials", scope = "posts:read posts:write" },
+      form.parse("grant_type=client_credentials&scope=posts%3Aread+posts%3Awrite"))
+    assert.are.same({ a = "" }, form.parse("a="))
+  end)
+
+  it("refuses repeated fields and broken escapes", function()
+    local f, err = form.parse("a=1&a=2")
+    assert.is_nil(f)
+    assert.truthy(err:find("repeated", 1, true))
+    assert.is_nil(form.parse("a=%zz"))
+    assert.is_nil(form.parse("a=%4"))
+    assert.is_nil(form.parse(string.rep("a=1&", 60), 50))
+  end)
+end)
+
+describe("webhook_url", function()
+  it("accepts public http(s) URLs", function()
+    assert.is_true(webhook_url.check("https://hooks.example.com/sgw?x=1"))
+    assert.is_true(webhook_url.check("http://203.0.113.7:8080/hook"))
+  end)
+
+  it("refuses other schemes and private, loopback and link-local hosts", function()
+    for _, url in ipairs {
+      "ftp://example.com/", "example.com/hook", "http://127.0.0.1/", "http://localhost:3000/",
+      "http://10.1.2.3/", "http://192.168.0.1/", "http://172.20.0.1/", "http://169.254.169.254/latest",
+      "http://[::1]/", "https://user@127.0.0.1/", "https://" .. string.rep("a", 3000) .. ".com/",
+    } do
+      assert.is_nil(webhook_url.check(url), url)
+    end
+  end)
+end)
