@@ -13,6 +13,12 @@ local routes = {
   { method = "GET", path = "/api/v1/openapi.json", handler = "api/openapi", auth = false },
   { method = "POST", path = "/oauth/token", handler = "oauth/token", auth = false, raw_body = true, max_body = 16384 },
   { method = "GET", path = "/api/v1/social-accounts", handler = "api/social_accounts_list", scope = "accounts:read" },
+
+  -- Sandbox tools: test credentials only.
+  { method = "POST", path = "/api/v1/sandbox/accounts", handler = "api/sandbox_accounts_create",
+    scope = "sandbox:write", sandbox_only = true, idempotency = "optional" },
+  { method = "POST", path = "/api/v1/sandbox/failures", handler = "api/sandbox_failures_create",
+    scope = "sandbox:write", sandbox_only = true, idempotency = "optional" },
 }
 
 -- Benchmark-only routes (bench/); off unless bench.enabled.

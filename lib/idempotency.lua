@@ -273,7 +273,7 @@ function M.wrap(req, ctx, run)
     local n, serr = db.exec(STORE, scope, key, owner, status, text, keep)
     -- Our claim was taken over (we ran past LOCK_SECONDS): the other request
     -- owns the key now, so nothing of ours may be kept.
-    if n ~= 1 then error("idempotency claim lost before the response was stored: " .. tostring(serr), 0) end
+    if n ~= 1 then error("idempotency claim lost before the response was stored: " .. (serr or "taken over"), 0) end
     body, headers = text, out
     return true
   end)

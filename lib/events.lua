@@ -1,0 +1,18 @@
+-- The event outbox: an event is written in the same transaction as the change
+-- that causes it, so a crash can neither lose it nor send one for a change
+-- that did not commit. Delivery to the client's webhook is a job of its own.
+local json = require "json"
+local jobs = require "jobs"
+
+local M = {}
+
+-- Must run inside the caller's transaction.
+function M.emit(client, type, data)
+  local id = "evt_" .. crypto.random_token(24)
+  assert(db.exec([[INSERT INTO events (id, company_id, environment, client_id, type, data)
+      VALUES ($1, $2, $3, $4, $5, $6)]], id, client.company_id, client.environment, client.client_id, type, data))
+  if M.on_emit then M.on_emit(id, client) end
+  return id
+end
+
+return M

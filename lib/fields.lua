@@ -1,0 +1,49 @@
+-- Checks a small JSON body against a field table, reporting every problem at
+-- once in the contract's errors[] shape. For endpoints with a few flat
+-- fields; posts have their own rules (post_rules).
+local M = {}
+
+-- spec: { name = { type = "string"|"integer"|"boolean", required = bool,
+--                  enum = {...}, min = n, max = n } }   (min/max: length or value)
+function M.check(body, spec)
+  local errors = {}
+  local function add(field, code, message)
+    errors[#errors + 1] = { field = "/" .. field, code = code, message = message }
+  end
+  if type(body) ~= "table" then
+    return { { field = "", code = "invalid_value", message = "The body must be a JSON object." } }
+  end
+  for name in pairs(body) do
+    if not spec[name] then add(name, "unknown_field", "Unknown field " .. name .. ".") end
+  end
+  for name, rule in pairs(spec) do
+    local v = body[name]
+    if v == nil then
+      if rule.required then add(name, "required", name .. " is required.") end
+    elseif rule.type == "integer" and math.type(v) ~= "integer" and not (type(v) == "number" and v % 1 == 0) then
+      add(name, "invalid_value", name .. " must be a whole number.")
+    elseif rule.type ~= "integer" and type(v) ~= rule.type then
+      add(name, "invalid_value", name .. " must be a " .. rule.type .. ".")
+    elseif rule.enum and not rule.enum[v] then
+      local names = {}
+      for k in pairs(rule.enum) do names[#names + 1] = k end
+      table.sort(names)
+      add(name, "invalid_value", name .. " must be one of " .. table.concat(names, ", ") .. ".")
+    else
+      local size = type(v) == "string" and utf8.len(v) or v
+      if size == nil then
+        add(name, "invalid_value", name .. " must be valid UTF-8.")
+      elseif rule.min and size < rule.min then
+        add(name, type(v) == "string" and "required" or "invalid_value",
+          name .. (type(v) == "string" and " must not be empty." or " must be at least " .. rule.min .. "."))
+      elseif rule.max and size > rule.max then
+        add(name, type(v) == "string" and "too_long" or "invalid_value",
+          name .. " must be at most " .. rule.max .. (type(v) == "string" and " characters." or "."))
+      end
+    end
+  end
+  table.sort(errors, function(a, b) return a.field < b.field end)
+  return errors
+end
+
+return M
