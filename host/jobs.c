@@ -78,6 +78,7 @@ typedef struct runner {
     int         state_broken;        /* a job hit the memory ceiling */
     uint64_t    refresh_failed_gen;
     uint64_t    last_claim, last_heartbeat, last_tick, last_cleanup, last_warn;
+    uint64_t    next_due;            /* monotonic ms when the next future job is due; 0: none known */
     uint64_t    rng;
     timer      *timers;
     int         ntimers;
@@ -427,6 +428,24 @@ static void start_job(runner *r, PGresult *res, int row) {
 
 /* ------------------------------------------------------------ claiming */
 
+/* Scheduled jobs must start on time (within a second of run_at), so an idle
+ * worker sleeps until the next one is due rather than a whole poll interval. */
+static void find_next_due(runner *r, const char *offset) {
+    const char *v[] = { offset };
+    PGresult *res = exec_sql(
+        r, "finding the next due job",
+        "SELECT ceil(extract(epoch FROM min(run_at) - now() - make_interval(secs => $1)) * 1000)::bigint "
+        "FROM jobs WHERE status = 'pending' AND run_at > now() + make_interval(secs => $1)",
+        1, v, PGRES_TUPLES_OK);
+    r->next_due = 0;
+    if (!res) return;
+    if (PQntuples(res) == 1 && !PQgetisnull(res, 0, 0)) {
+        long long ms = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+        r->next_due = clock_mono_ms() + (uint64_t)(ms > 0 ? ms : 0);
+    }
+    PQclear(res);
+}
+
 static void claim(runner *r) {
     int want = r->concurrency - r->running;
     r->last_claim = clock_mono_ms();
@@ -453,6 +472,7 @@ static void claim(runner *r) {
     r->more = n == want;
     for (int i = 0; i < n; i++) start_job(r, res, i);
     PQclear(res);
+    if (!r->more) find_next_due(r, offset);
 }
 
 /* The ids of running jobs as a PostgreSQL array literal. */
@@ -729,7 +749,8 @@ static void *runner_main(void *arg) {
         }
         if (r->running > 0 && now - r->last_heartbeat >= heartbeat_ms) heartbeat(r);
         if (!stop && !behind && r->w.L && r->running < r->concurrency &&
-            (r->notified || r->more || now - r->last_claim >= (uint64_t)r->poll_ms))
+            (r->notified || r->more || now - r->last_claim >= (uint64_t)r->poll_ms ||
+             (r->next_due && now >= r->next_due)))
             claim(r);
 
         if (r->running > 0) {
@@ -743,6 +764,7 @@ static void *runner_main(void *arg) {
                 long long tt = (long long)TIMER_TICK_MS - (long long)(now - r->last_tick);
                 if (tt < t) t = tt;
             }
+            if (r->next_due && (long long)(r->next_due - now) < t) t = (long long)r->next_due - (long long)now;
             if (!r->w.L) t = 1000;
             wait_idle(r, (int)(t < 0 ? 0 : t));
         }
