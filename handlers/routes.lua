@@ -14,6 +14,13 @@ local routes = {
   { method = "POST", path = "/oauth/token", handler = "oauth/token", auth = false, raw_body = true, max_body = 16384 },
   { method = "GET", path = "/api/v1/social-accounts", handler = "api/social_accounts_list", scope = "accounts:read" },
 
+  { method = "POST", path = "/api/v1/posts", handler = "api/posts_create", scope = "posts:write", idempotency = "required" },
+  { method = "GET", path = "/api/v1/posts", handler = "api/posts_list", scope = "posts:read" },
+  { method = "GET", path = "/api/v1/posts/{postId}", handler = "api/posts_get", scope = "posts:read" },
+  { method = "POST", path = "/api/v1/posts/{postId}/cancel", handler = "api/posts_cancel", scope = "posts:write", idempotency = "optional" },
+  { method = "POST", path = "/api/v1/posts/{postId}/retry", handler = "api/posts_retry", scope = "posts:write", idempotency = "optional" },
+  { method = "GET", path = "/api/v1/operations/{operationId}", handler = "api/operations_get", scope = "operations:read" },
+
   -- Sandbox tools: test credentials only.
   { method = "POST", path = "/api/v1/sandbox/accounts", handler = "api/sandbox_accounts_create",
     scope = "sandbox:write", sandbox_only = true, idempotency = "optional" },

@@ -15,7 +15,8 @@ local M = { null = cjson.null }
 -- turns into [].
 local seed = (crypto and crypto.random_token) and crypto.random_token(20)
   or tostring(math.random(1, 1e9)) .. tostring(os.time())
-local EMPTY = "sgw-empty-array-" .. seed
+-- Letters and digits only: it is used as a gsub pattern.
+local EMPTY = "sgwEmptyArray" .. seed
 local EMPTY_QUOTED = '"' .. EMPTY .. '"'
 
 function M.array(t)

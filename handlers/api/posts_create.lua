@@ -1,0 +1,27 @@
+-- POST /api/v1/posts: validate every rule at once, then store the post, its
+-- targets, its operation and their jobs in one transaction; 202.
+local problem = require "problem"
+local post_rules = require "post_rules"
+local posts = require "posts"
+local accounts = require "accounts"
+local media = require "media"
+
+return function(req, ctx)
+  local client = ctx.client
+  local env = {
+    now = clock.now(),
+    max_schedule_days = config.get("publishing.max_schedule_days"),
+    find_account = function(id) return accounts.find_active(client, id) end,
+    find_upload = function(id) return media.find_upload(client, id) end,
+  }
+  local v, errors = post_rules.validate(req.json, env)
+  if errors and #errors > 0 then
+    problem.raise(422, "validation_failed", "The post has " .. #errors .. " invalid field(s); see errors.", { errors = errors })
+  end
+  local post_id, op_id = posts.create(client, v, req.json)
+  return 202, {
+    requestId = req.id, operationId = op_id, status = "queued",
+    externalReference = v.external_reference or require("json").null,
+    resource = { postId = post_id },
+  }
+end

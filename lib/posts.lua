@@ -1,0 +1,160 @@
+-- Posts and their targets: how they are stored, shown, and how a post's
+-- outcome follows from its targets. See docs/publishing.md.
+local json = require "json"
+local jobs = require "jobs"
+local sqltime = require "sqltime"
+local operations = require "operations"
+local events = require "events"
+
+local M = {}
+
+M.FINAL_TARGET = { published = true, failed = true, cancelled = true }
+M.FINAL_POST = { published = true, partially_published = true, failed = true, cancelled = true }
+
+local POST_COLUMNS = table.concat({ "id", "company_id", "environment", "client_id", "status", "content", "media",
+  "publishing", "image", "external_reference", "operation_id", sqltime.iso("created_at"), sqltime.iso("updated_at") }, ", ")
+
+local TARGET_COLUMNS = table.concat({ "id", "post_id", "social_account_id", "platform", "status", "attempts",
+  sqltime.iso("next_attempt_at"), sqltime.iso("published_at"), "platform_post_id", "permalink_url", "error" }, ", ")
+
+local function or_null(v)
+  if v == nil then return json.null end
+  return v
+end
+
+function M.present_target(t)
+  local err = json.null
+  if t.error then
+    err = { code = t.error.code, message = t.error.message, retryable = t.error.retryable or false,
+      platformCode = or_null(t.error.platformCode) }
+  end
+  return {
+    id = t.id, socialAccountId = t.social_account_id, platform = t.platform, status = t.status,
+    platformPostId = or_null(t.platform_post_id), permalinkUrl = or_null(t.permalink_url),
+    attempts = t.attempts, nextAttemptAt = or_null(t.next_attempt_at), publishedAt = or_null(t.published_at),
+    error = err,
+  }
+end
+
+function M.targets_of(post_id)
+  return assert(db.query("SELECT " .. TARGET_COLUMNS .. " FROM post_targets WHERE post_id = $1 ORDER BY position", post_id))
+end
+
+function M.present(p, targets)
+  local list = {}
+  for i, t in ipairs(targets or M.targets_of(p.id)) do list[i] = M.present_target(t) end
+  return {
+    id = p.id, status = p.status, content = p.content, media = json.array(p.media),
+    publishing = p.publishing, externalReference = or_null(p.external_reference),
+    createdAt = p.created_at, updatedAt = p.updated_at, targets = json.array(list),
+  }
+end
+
+-- A post of the caller's company and environment, or nil (another
+-- company's post is as absent as a missing one).
+function M.find(client, id, for_update)
+  local rows = assert(db.query("SELECT " .. POST_COLUMNS .. [[ FROM posts
+      WHERE id = $1 AND company_id = $2 AND environment = $3]] .. (for_update and " FOR UPDATE" or ""),
+    id, client.company_id, client.environment))
+  return rows[1]
+end
+
+local function enqueue_target(target_id, run_at)
+  assert(jobs.enqueue("publish_target", { targetId = target_id }, { run_at = run_at, max_attempts = 1000 }))
+end
+
+-- Creates the post, its targets, its operation and their jobs, inside the
+-- caller's transaction. `v` is post_rules' normalized request.
+function M.create(client, v, request)
+  local post_id = "post_" .. crypto.random_token(24)
+  local op_id = operations.new_id()
+  local scheduled = v.publishing.mode == "scheduled"
+  local status = scheduled and "scheduled" or "queued"
+  local publishing = { mode = v.publishing.mode }
+  if scheduled then publishing.scheduledAt = clock.iso(v.publishing.scheduled_at) end
+  assert(db.exec([[INSERT INTO posts (id, company_id, environment, client_id, status, content, media, publishing,
+      image, external_reference, operation_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)]],
+    post_id, client.company_id, client.environment, client.client_id, status,
+    json.encode(request.content), json.encode(json.array(request.media)), json.encode(publishing),
+    v.image and json.encode(v.image) or nil, v.external_reference, op_id))
+  operations.create(client, "post.publish", "post", post_id, op_id)
+  for i, t in ipairs(v.targets) do
+    local target_id = "tgt_" .. crypto.random_token(24)
+    assert(db.exec([[INSERT INTO post_targets (id, post_id, company_id, environment, social_account_id, platform,
+        position, status) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)]],
+      target_id, post_id, client.company_id, client.environment, t.account_id, t.platform, i, status))
+    enqueue_target(target_id, scheduled and v.publishing.scheduled_at or nil)
+  end
+  return post_id, op_id
+end
+
+-- Cancel: only while every target is still scheduled or queued.
+function M.cancel(client, post)
+  if post.status == "cancelled" then return true end
+  local targets = M.targets_of(post.id)
+  for _, t in ipairs(targets) do
+    if t.status ~= "scheduled" and t.status ~= "queued" then return false end
+  end
+  assert(db.exec("UPDATE post_targets SET status = 'cancelled', updated_at = now() WHERE post_id = $1", post.id))
+  assert(db.exec("UPDATE posts SET status = 'cancelled', updated_at = now() WHERE id = $1", post.id))
+  operations.finish(post.operation_id, "cancelled", nil, nil)
+  return true
+end
+
+-- Retry: failed targets run again under a new operation; published ones are
+-- never touched.
+function M.retry(client, post)
+  if post.status ~= "failed" and post.status ~= "partially_published" then return nil end
+  local op_id = operations.create(client, "post.retry", "post", post.id)
+  local rows = assert(db.query([[UPDATE post_targets SET status = 'queued', run_attempts = 0, error = NULL,
+      next_attempt_at = NULL, adapter_state = '{}', updated_at = now()
+      WHERE post_id = $1 AND status = 'failed' RETURNING id]], post.id))
+  for _, r in ipairs(rows) do enqueue_target(r.id) end
+  assert(db.exec("UPDATE posts SET status = 'queued', operation_id = $2, updated_at = now() WHERE id = $1", post.id, op_id))
+  return op_id
+end
+
+-- The operation result and the event data of a post in a final status.
+function M.result(post_id, status, targets)
+  local list = {}
+  for i, t in ipairs(targets) do
+    list[i] = { postTargetId = t.id, status = t.status, platformPostId = or_null(t.platform_post_id),
+      error = M.present_target(t).error }
+  end
+  return { postId = post_id, status = status, targets = json.array(list) }
+end
+
+-- After a target changed, inside the same transaction: derive the post's
+-- status; when every target is final, finish the operation and emit
+-- social.post.published to the client that created the post.
+function M.settle(post_id)
+  local rows = assert(db.query("SELECT " .. POST_COLUMNS .. " FROM posts WHERE id = $1 FOR UPDATE", post_id))
+  local post = rows[1]
+  if not post or M.FINAL_POST[post.status] then return end
+  local targets = M.targets_of(post_id)
+  local published, failed, open = 0, 0, 0
+  for _, t in ipairs(targets) do
+    if t.status == "published" then published = published + 1
+    elseif t.status == "failed" then failed = failed + 1
+    elseif t.status ~= "cancelled" then open = open + 1 end
+  end
+  if open > 0 then
+    if post.status ~= "publishing" then
+      assert(db.exec("UPDATE posts SET status = 'publishing', updated_at = now() WHERE id = $1", post_id))
+      operations.set_running(post.operation_id)
+    end
+    return
+  end
+  local status = failed == 0 and "published" or (published > 0 and "partially_published" or "failed")
+  assert(db.exec("UPDATE posts SET status = $2, updated_at = now() WHERE id = $1", post_id, status))
+  local result = M.result(post_id, status, targets)
+  operations.finish(post.operation_id, status == "failed" and "failed" or "succeeded", result,
+    status == "failed" and { code = "publish_failed", message = "No target was published." } or nil)
+  local data = M.result(post_id, status, targets)
+  data.operationId = post.operation_id
+  data.externalReference = or_null(post.external_reference)
+  local client = { company_id = post.company_id, environment = post.environment, client_id = post.client_id }
+  events.emit(client, "social.post.published", data)
+end
+
+return M

@@ -1,0 +1,160 @@
+-- One attempt at publishing one target, as docs/publishing.md describes:
+-- lock and mark, resolve an unknown earlier outcome first, call the
+-- platform outside any transaction, record the outcome, settle the post.
+local json = require "json"
+local posts = require "posts"
+local accounts = require "accounts"
+local retry = require "retry"
+local graph_errors = require "platforms.graph_errors"
+
+local M = {}
+
+local adapters = {
+  facebook = "platforms.facebook",
+  instagram = "platforms.instagram",
+}
+
+local function adapter_for(account)
+  if account.environment == "test" then return require "platforms.sandbox" end
+  return require(adapters[account.platform])
+end
+
+local LOAD_SQL = [[
+  SELECT t.id, t.post_id, t.status, t.attempts, t.run_attempts, t.adapter_state,
+         extract(epoch FROM t.attempt_started_at)::float8 AS attempt_started_at,
+         extract(epoch FROM t.next_attempt_at)::float8 AS next_attempt_at,
+         p.content, p.image, p.status AS post_status,
+         a.id AS account_id, a.platform, a.platform_account_id, a.access_token_enc, a.environment,
+         a.status AS account_status, a.company_id
+    FROM post_targets t JOIN posts p ON p.id = t.post_id JOIN social_accounts a ON a.id = t.social_account_id
+   WHERE t.id = $1 FOR UPDATE OF t]]
+
+local function fail_now(target_id, post_id, code, message)
+  assert(db.exec([[UPDATE post_targets SET status = 'failed', error = $2, next_attempt_at = NULL, updated_at = now()
+      WHERE id = $1]], target_id, json.encode({ code = code, message = message, retryable = false })))
+  posts.settle(post_id)
+end
+
+-- Step 1: returns the row and whether an earlier attempt must be resolved,
+-- or nil (nothing to do) and an optional retry_in.
+local function begin(target_id)
+  local row, resolve, later
+  db.transaction(function()
+    row = assert(db.query(LOAD_SQL, target_id))[1]
+    if not row or posts.FINAL_TARGET[row.status] then row = nil return end
+    if row.status == "retry_scheduled" and row.next_attempt_at and row.next_attempt_at > clock.now() + 0.5 then
+      later = row.next_attempt_at - clock.now()
+      row = nil
+      return
+    end
+    if row.account_status ~= "active" then
+      fail_now(row.id, row.post_id, "account_disconnected", "The social account was disconnected.")
+      row = nil
+      return
+    end
+    -- Found in 'publishing': an attempt may have reached the platform.
+    resolve = row.status == "publishing"
+    if not resolve then
+      assert(db.exec([[UPDATE post_targets SET status = 'publishing', attempts = attempts + 1,
+          run_attempts = run_attempts + 1, attempt_started_at = to_timestamp($2), next_attempt_at = NULL,
+          updated_at = now() WHERE id = $1]], row.id, clock.now()))
+      row.attempts, row.run_attempts, row.attempt_started_at = row.attempts + 1, row.run_attempts + 1, clock.now()
+    end
+    posts.settle(row.post_id)
+  end)
+  return row, resolve, later
+end
+
+local function context(row)
+  local token, err = accounts.decrypt_token(row)
+  if row.environment == "live" and not token then return nil, err end
+  local image
+  if row.image then
+    image = { mime_type = row.image.mime_type, url = row.image.url }
+    if row.image.source == "upload" then image.url = require("media").url(row.image.upload_id) end
+  end
+  local state = row.adapter_state or {}
+  return {
+    account = { id = row.account_id, platform = row.platform, platform_account_id = row.platform_account_id,
+      access_token = token, environment = row.environment, company_id = row.company_id },
+    post = { id = row.post_id, content = row.content, image = image },
+    target = { id = row.id, attempts = row.attempts, attempt_started_at = row.attempt_started_at, adapter_state = state },
+    save_state = function(tbl)
+      for k, v in pairs(tbl) do state[k] = v end
+      assert(db.exec("UPDATE post_targets SET adapter_state = $2 WHERE id = $1", row.id, json.encode(state)))
+    end,
+  }
+end
+
+-- Step 3: record the outcome and settle the post; returns the job's answer.
+local function record(row, outcome)
+  local answer
+  db.transaction(function()
+    local status = outcome.status
+    if status == "published" then
+      assert(db.exec([[UPDATE post_targets SET status = 'published', platform_post_id = $2, permalink_url = $3,
+          published_at = now(), error = NULL, next_attempt_at = NULL, updated_at = now() WHERE id = $1]],
+        row.id, outcome.platform_post_id, outcome.permalink_url))
+    elseif status == "unknown" then
+      -- Stays 'publishing': the next run asks the platform before trying again.
+      answer = { retry_in = retry.delay(row.run_attempts, { base = config.get("publishing.retry.base_seconds"),
+        max = config.get("publishing.retry.max_seconds") }) }
+    else
+      local e = outcome.error or { code = "platform_unavailable", message = "No answer from the platform." }
+      local retryable = graph_errors.retryable(e.code)
+      local again = retryable and retry.should_retry(e.code, row.run_attempts)
+      local stored = json.encode({ code = e.code, message = e.message, retryable = retryable, platformCode = e.platform_code })
+      if again then
+        local delay = retry.delay(row.run_attempts, { base = config.get("publishing.retry.base_seconds"),
+          max = config.get("publishing.retry.max_seconds"), retry_after = e.retry_after })
+        assert(db.exec([[UPDATE post_targets SET status = 'retry_scheduled', error = $2,
+            next_attempt_at = to_timestamp($3), updated_at = now() WHERE id = $1]], row.id, stored, clock.now() + delay))
+        answer = { retry_in = delay }
+      else
+        assert(db.exec([[UPDATE post_targets SET status = 'failed', error = $2, next_attempt_at = NULL,
+            updated_at = now() WHERE id = $1]], row.id, stored))
+      end
+    end
+    posts.settle(row.post_id)
+  end)
+  return answer
+end
+
+-- The job: returns nil when the target is done, or {retry_in = s}.
+function M.run(target_id)
+  local row, resolve, later = begin(target_id)
+  if not row then
+    if later then return { retry_in = later } end
+    return nil
+  end
+  local ctx, err = context(row)
+  if not ctx then
+    record(row, { status = "error", error = { code = "token_expired", message = err } })
+    return nil
+  end
+  local adapter = adapter_for(ctx.account)
+  if resolve then
+    local found, rerr = adapter.resolve(ctx)
+    if not found then
+      log.warn("publish_resolve_failed", { targetId = row.id, error = tostring(rerr) })
+      return { retry_in = retry.delay(row.run_attempts, { base = 5, max = config.get("publishing.retry.max_seconds") }) }
+    end
+    if found.status == "published" then return record(row, found) end
+    -- Not there: a fresh attempt, counted as one.
+    db.transaction(function()
+      assert(db.exec([[UPDATE post_targets SET attempts = attempts + 1, run_attempts = run_attempts + 1,
+          attempt_started_at = to_timestamp($2), updated_at = now() WHERE id = $1]], row.id, clock.now()))
+    end)
+    row.attempts, row.run_attempts, row.attempt_started_at = row.attempts + 1, row.run_attempts + 1, clock.now()
+    ctx.target.attempts, ctx.target.attempt_started_at = row.attempts, row.attempt_started_at
+  end
+  local outcome = adapter.publish(ctx)
+  if outcome.status == "retry_later" then
+    -- The platform is still working (an Instagram container): the same attempt goes on later.
+    assert(db.exec("UPDATE post_targets SET attempts = attempts - 1, run_attempts = run_attempts - 1 WHERE id = $1", row.id))
+    return { retry_in = outcome.retry_in or 1 }
+  end
+  return record(row, outcome)
+end
+
+return M
