@@ -9,6 +9,7 @@
 --   raw_body            any media type (forms, uploads, webhooks)
 --   max_body            a byte count or a config key (default http.max_body_bytes)
 --   rate_limit = false  no rate limit (with auth = false; benchmark routes only)
+--   rate_limit = "key"  (auth = false) a per-address limit of its own, from config key "key"
 local routes = {
   { method = "GET", path = "/api/v1/openapi.json", handler = "api/openapi", auth = false },
   { method = "POST", path = "/oauth/token", handler = "oauth/token", auth = false, raw_body = true, max_body = 16384 },
@@ -20,6 +21,12 @@ local routes = {
   { method = "POST", path = "/api/v1/posts/{postId}/cancel", handler = "api/posts_cancel", scope = "posts:write", idempotency = "optional" },
   { method = "POST", path = "/api/v1/posts/{postId}/retry", handler = "api/posts_retry", scope = "posts:write", idempotency = "optional" },
   { method = "GET", path = "/api/v1/operations/{operationId}", handler = "api/operations_get", scope = "operations:read" },
+
+  { method = "POST", path = "/api/v1/uploads", handler = "api/uploads_create", scope = "uploads:write",
+    raw_body = true, max_body = "uploads.max_request_bytes", idempotency = "optional" },
+  -- Platforms fetch images from few addresses, many at once; the signed URL
+  -- is the credential.
+  { method = "GET", path = "/media/{file}", handler = "media/get", auth = false, rate_limit = "media.rate_limit_per_minute" },
 
   -- Sandbox tools: test credentials only.
   { method = "POST", path = "/api/v1/sandbox/accounts", handler = "api/sandbox_accounts_create",

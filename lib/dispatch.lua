@@ -77,6 +77,9 @@ local function identify_and_limit(req, route)
   local key, limit
   if ident then
     key, limit = "client:" .. ident.client_id, ident.rate_limit or config.get("api.rate_limit.per_minute")
+  elseif route and type(route.rate_limit) == "string" then
+    -- A public route with a per-address limit of its own, counted apart.
+    key, limit = route.rate_limit .. ":" .. (req.remote_addr or "?"), config.get(route.rate_limit)
   else
     key, limit = "addr:" .. (req.remote_addr or "?"), config.get("api.rate_limit.anonymous_per_minute")
   end

@@ -21,6 +21,13 @@ local MESSAGES = {
 }
 M.ERROR_CLASSES = MESSAGES
 
+local function permalink_of(account, id)
+  if account.platform == "facebook" then
+    return "https://www.facebook.com/" .. account.platform_account_id .. "/posts/" .. id:match("_(%d+)$")
+  end
+  return "https://www.instagram.com/p/sandbox" .. id:sub(-8) .. "/"
+end
+
 -- Takes one scripted failure for the account, if any remains.
 local function scripted_failure(account_id)
   local rows = assert(db.query([[UPDATE sandbox_failures SET remaining = remaining - 1
@@ -34,21 +41,25 @@ function M.publish(ctx)
     return { status = "error", error = { code = class, message = MESSAGES[class] or class,
       platform_code = "sandbox", retry_after = class == "rate_limited" and 1 or nil } }
   end
-  local id, permalink
+  local id
   if ctx.account.platform == "facebook" then
     id = ctx.account.platform_account_id .. "_" .. digits(16)
-    permalink = "https://www.facebook.com/" .. ctx.account.platform_account_id .. "/posts/" .. id:match("_(%d+)$")
   else
     id = digits(17)
-    permalink = "https://www.instagram.com/p/sandbox" .. id:sub(-8) .. "/"
   end
-  return { status = "published", platform_post_id = id, permalink_url = permalink }
+  assert(db.exec([[INSERT INTO sandbox_publications (platform_post_id, social_account_id, post_target_id, message)
+      VALUES ($1, $2, $3, $4)]], id, ctx.account.id, ctx.target.id, ctx.post.content and ctx.post.content.message))
+  return { status = "published", platform_post_id = id, permalink_url = permalink_of(ctx.account, id) }
 end
 
--- The simulator answers at once, so an attempt left 'publishing' by a
--- crash never reached it.
-function M.resolve()
-  return { status = "not_found" }
+-- Like a platform, the simulator can say whether an interrupted attempt
+-- published after all.
+function M.resolve(ctx)
+  local rows = assert(db.query([[SELECT platform_post_id FROM sandbox_publications
+      WHERE post_target_id = $1 ORDER BY created_at LIMIT 1]], ctx.target.id))
+  if not rows[1] then return { status = "not_found" } end
+  local id = rows[1].platform_post_id
+  return { status = "published", platform_post_id = id, permalink_url = permalink_of(ctx.account, id) }
 end
 
 return M
