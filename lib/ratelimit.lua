@@ -30,6 +30,7 @@ local M = {}
 -- Runs inside Redis (Lua 5.1; also valid Lua 5.4, so the unit specs run this
 -- very text). Times are integer microseconds, exact in doubles (< 2^53).
 -- KEYS[1] state key, KEYS[2] (optional) epoch key; ARGV[1] limit per minute.
+-- Limits above one request per microsecond count as one per microsecond.
 -- Returns {allowed 1|0, remaining, us until full, us until allowed, epoch}.
 M.script = [[
 if redis.replicate_commands then redis.replicate_commands() end
@@ -73,12 +74,14 @@ end
 
 -- Counts one request against `key` (e.g. "client:cli_1", "addr:10.0.0.1")
 -- and reads `epoch_key` (may be nil) in the same round trip.
+-- The state lives under <redis.namespace>:rl:<key>.
 function M.check(key, limit, epoch_key)
+  local state_key = config.get("redis.namespace") .. ":rl:" .. key
   local reply, err
   if epoch_key then
-    reply, err = redis.eval_cached(M.script, 2, config.get("redis.namespace") .. ":rl:" .. key, epoch_key, limit)
+    reply, err = redis.eval_cached(M.script, 2, state_key, epoch_key, limit)
   else
-    reply, err = redis.eval_cached(M.script, 1, config.get("redis.namespace") .. ":rl:" .. key, limit)
+    reply, err = redis.eval_cached(M.script, 1, state_key, limit)
   end
   if type(reply) ~= "table" or type(reply[5]) ~= "number" then
     return fail_open(limit, err or "unexpected reply")

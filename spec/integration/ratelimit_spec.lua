@@ -2,9 +2,9 @@
 -- fail open while Redis is down (and limits again once it is back), per-client
 -- limits independent of each other and of anonymous traffic.
 --
--- Each test gets its own Redis: anonymous requests are limited per source
--- address, and every spec talks from 127.0.0.1, so on the shared test Redis
--- a spec running in parallel would spend the same budget.
+-- Anonymous requests are limited per source address and every spec talks from
+-- 127.0.0.1: on the shared test Redis, each database gets its own
+-- redis.namespace (spec/support/stack.lua), which keeps specs apart.
 local stack = require "stack"
 local cjson = require "cjson.safe"
 
@@ -91,11 +91,10 @@ describe("rate limits", function()
   end)
 
   it("shares one budget between two instances", function()
-    local r = new_redis()
     local url = stack.fresh_database("ratelimit")
     local set = { ["api.rate_limit.anonymous_per_minute"] = 10 }
-    local a = stack.start_sgw { name = "rl_a", database_url = url, redis_url = r.url, set = set }
-    local b = stack.start_sgw { name = "rl_b", database_url = url, redis_url = r.url, set = set, migrate = false }
+    local a = stack.start_sgw { name = "rl_a", database_url = url, set = set }
+    local b = stack.start_sgw { name = "rl_b", database_url = url, set = set, migrate = false }
 
     local ok, limited, last_remaining = 0, 0, nil
     for i = 1, 12 do
@@ -178,9 +177,8 @@ describe("rate limits", function()
   local test_clients = has_cli and it or pending
 
   test_clients("limits each API client on its own, apart from anonymous traffic", function()
-    local r = new_redis()
     local inst = stack.start_sgw {
-      name = "rl_clients", redis_url = r.url,
+      name = "rl_clients",
       set = { ["api.rate_limit.anonymous_per_minute"] = 2, ["api.rate_limit.per_minute"] = 100 },
     }
     local function run(argv)
@@ -202,7 +200,7 @@ describe("rate limits", function()
 
     for i = 1, 5 do
       local status, _, headers = get(limited_key)
-      assert.are_not.equal(429, status)
+      assert.equal(200, status)
       local limit, remaining = limits_of(status, headers)
       assert.same({ 5, 5 - i }, { limit, remaining })
     end
@@ -210,7 +208,7 @@ describe("rate limits", function()
 
     -- Another client and anonymous requests have budgets of their own.
     local status, _, headers = get(default_key)
-    assert.are_not.equal(429, status)
+    assert.equal(200, status)
     local limit, remaining = limits_of(status, headers)
     assert.same({ 100, 99 }, { limit, remaining })
     for i = 1, 2 do
@@ -223,6 +221,6 @@ describe("rate limits", function()
     -- ...and spending them leaves the clients where they were.
     assert_rate_limited(get(limited_key))
     status = get(default_key)
-    assert.are_not.equal(429, status)
+    assert.equal(200, status)
   end)
 end)

@@ -63,12 +63,13 @@ describe("ratelimit", function()
     _G.metrics = { inc = function(name) if name == "sgw_ratelimit_fail_open_total" then counted = counted + 1 end end }
     _G.log = { warn = function(event, fields) logged[#logged + 1] = { event = event, fields = fields } end }
     _G.clock = { mono_ms = function() return mono end }
+    _G.config = { get = function(k) return k == "redis.namespace" and "sgw" or nil end }
     package.loaded.ratelimit = nil
     ratelimit = require("ratelimit")
   end)
 
   after_each(function()
-    _G.redis, _G.metrics, _G.log, _G.clock = nil, nil, nil, nil
+    _G.redis, _G.metrics, _G.log, _G.clock, _G.config = nil, nil, nil, nil, nil
   end)
 
   it("lets a fresh key spend its whole minute at once, then refuses", function()
@@ -120,7 +121,7 @@ describe("ratelimit", function()
     assert.equal(9, r.reset)
   end)
 
-  it("keeps keys apart and stores them under sgw:rl: with an expiry", function()
+  it("keeps keys apart and stores them under <namespace>:rl: with an expiry", function()
     for _ = 1, 3 do ratelimit.check("client:a", 3) end
     assert.is_false(ratelimit.check("client:a", 3).allowed)
     assert.is_true(ratelimit.check("client:b", 3).allowed)
