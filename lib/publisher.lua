@@ -136,7 +136,7 @@ function M.run(target_id)
   if resolve then
     local found, rerr = adapter.resolve(ctx)
     if not found then
-      log.warn("publish_resolve_failed", { targetId = row.id, error = tostring(rerr) })
+      log.warn("publish_resolve_failed", { targetId = row.id, error = type(rerr) == "table" and rerr.message or tostring(rerr) })
       return { retry_in = retry.delay(row.run_attempts, { base = 5, max = config.get("publishing.retry.max_seconds") }) }
     end
     if found.status == "published" then return record(row, found) end

@@ -1,0 +1,175 @@
+-- The small Graph API client the Facebook and Instagram adapters share, and
+-- the outcome shapes of docs/publishing.md they both return.
+--
+--   graph.call(method, path, params, token)
+--     -> value, nil, nil, headers        decoded JSON of a 2xx answer
+--     -> nil, err, sent, headers         err classified by platforms.graph_errors
+--
+-- `sent` is true when no answer came back but the request may have reached
+-- Meta (a time-out after sending): whatever it asked for may have happened.
+-- An answer, even an error, is definitive: sent is false.
+--
+-- Parameters go form-encoded in the body of a POST and in the query string
+-- otherwise; the token goes as the access_token parameter and is never logged.
+local json = require "json"
+local graph_errors = require "platforms.graph_errors"
+
+local M = {}
+
+-- Logged when a call finds Meta's usage at or above this percent.
+local USAGE_WARN = 80
+
+local function escape(s)
+  return (tostring(s):gsub("[^%w%-%._~]", function(c) return string.format("%%%02X", c:byte()) end))
+end
+
+local function encode(params)
+  local names = {}
+  for k in pairs(params) do names[#names + 1] = k end
+  table.sort(names)
+  local parts = {}
+  for _, k in ipairs(names) do
+    local v = params[k]
+    if type(v) == "table" then v = json.encode(v) end
+    parts[#parts + 1] = escape(k) .. "=" .. escape(v)
+  end
+  return table.concat(parts, "&")
+end
+M.encode = encode
+
+function M.call(method, path, params, token)
+  path = type(path) == "string" and path:gsub("^/", "") or path
+  if type(path) ~= "string" or not path:match("^[%w_%-%.]+[%w_%-%./]*$") or path:find("..", 1, true) then
+    return nil, { code = "invalid_request", message = "Not a Graph API path: " .. tostring(path) }, false
+  end
+  local fields = {}
+  for k, v in pairs(params or {}) do fields[k] = v end
+  fields.access_token = token
+  local base = (config.get("meta.graph_base_url") or ""):gsub("/+$", "")
+  local req = { method = method, url = base .. "/" .. path, timeout = config.get("meta.request_timeout_seconds") }
+  if method == "POST" then
+    req.headers = { ["Content-Type"] = "application/x-www-form-urlencoded" }
+    req.body = encode(fields)
+  else
+    req.url = req.url .. "?" .. encode(fields)
+  end
+
+  local started = clock.mono_ms and clock.mono_ms()
+  local res, message, kind = http.request(req)
+  local ms = started and (clock.mono_ms() - started) or nil
+  if not res then
+    local err = graph_errors.from_failure(message, kind)
+    log.warn("graph_call_failed", { method = method, path = path, kind = kind, error = err.message, ms = ms })
+    return nil, err, kind ~= "connect"
+  end
+
+  local pressure = graph_errors.usage_pressure(res.headers)
+  if pressure >= USAGE_WARN then
+    log.warn("graph_usage_high", { method = method, path = path, percent = pressure })
+  end
+  local value = json.decode(res.body or "")
+  if res.status >= 200 and res.status < 300 and type(value) == "table" and value.error == nil then
+    log.debug("graph_call", { method = method, path = path, status = res.status, ms = ms })
+    return value, nil, nil, res.headers
+  end
+  if res.status >= 200 and res.status < 300 and type(value) ~= "table" then
+    -- A success we cannot read: it may have done what we asked.
+    local err = { code = "platform_unavailable", message = "Graph API answered HTTP " .. res.status .. " with a body that is not JSON." }
+    log.warn("graph_call_unreadable", { method = method, path = path, status = res.status, ms = ms })
+    return nil, err, true, res.headers
+  end
+  local err = graph_errors.from_response(res)
+  log.info("graph_call_error", { method = method, path = path, status = res.status, class = err.code,
+    platformCode = err.platform_code, ms = ms })
+  return nil, err, false, res.headers
+end
+
+-- Graph times ("2025-03-22T18:20:04+0000", also "Z" or "+00:00") as Unix seconds.
+function M.parse_time(s)
+  if type(s) ~= "string" then return nil end
+  local y, mo, d, h, mi, sec, rest = s:match("^(%d%d%d%d)-(%d%d)-(%d%d)T(%d%d):(%d%d):(%d%d)%.?%d*(.*)$")
+  if not y then return nil end
+  y, mo, d = tonumber(y), tonumber(mo), tonumber(d)
+  -- days from civil (Howard Hinnant), so no local time zone gets in the way
+  if mo <= 2 then y = y - 1 end
+  local era = y // 400
+  local yoe = y - era * 400
+  local doy = (153 * (mo + (mo > 2 and -3 or 9)) + 2) // 5 + d - 1
+  local doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+  local days = era * 146097 + doe - 719468
+  local t = days * 86400 + tonumber(h) * 3600 + tonumber(mi) * 60 + tonumber(sec)
+  local sign, oh, om = rest:match("^([+-])(%d%d):?(%d%d)$")
+  if sign then
+    local offset = tonumber(oh) * 3600 + tonumber(om) * 60
+    t = sign == "+" and t - offset or t + offset
+  elseif rest ~= "" and rest ~= "Z" then
+    return nil
+  end
+  return t
+end
+
+local function trim(s)
+  return (tostring(s or ""):gsub("^%s+", ""):gsub("%s+$", ""))
+end
+
+-- How much earlier than we think Meta may date what we made (clocks differ).
+local CLOCK_SLACK = 60
+
+-- Looks through a listing (newest first, e.g. "{page}/published_posts") for
+-- the item whose `text_field` is exactly `text` (both trimmed; absent is "")
+-- and whose `time_field` is at or after `since` (less a minute of clock
+-- slack). opts: fields, text_field, time_field, text, since, pages (most pages
+-- to read, default 4). Returns the item, false when there is none, or nil and
+-- the error when the platform could not tell.
+function M.find_recent(path, token, opts)
+  local since = (opts.since or 0) - CLOCK_SLACK
+  local params = { fields = opts.fields, limit = 25 }
+  for _ = 1, opts.pages or 4 do
+    local page, err = M.call("GET", path, params, token)
+    if not page then return nil, err end
+    local older_seen = false
+    for _, item in ipairs(type(page.data) == "table" and page.data or {}) do
+      local t = M.parse_time(item[opts.time_field])
+      if t and t < since then
+        older_seen = true
+      elseif trim(item[opts.text_field]) == trim(opts.text) then
+        return item
+      end
+    end
+    local after = type(page.paging) == "table" and page.paging.next and page.paging.cursors
+      and page.paging.cursors.after
+    if older_seen or not after then return false end
+    params.after = after
+  end
+  return false
+end
+
+-- An object's permalink, best effort: nil when Meta does not give it.
+function M.permalink(id, field, token)
+  if not id then return nil end
+  local value = M.call("GET", id, { fields = field }, token)
+  return value and value[field] or nil
+end
+
+-- Outcomes (docs/publishing.md).
+function M.not_found()
+  return { status = "not_found" }
+end
+
+function M.published(id, permalink_url)
+  return { status = "published", platform_post_id = id and tostring(id) or nil, permalink_url = permalink_url }
+end
+
+function M.error(class, message)
+  return { status = "error", error = { code = class, message = message } }
+end
+
+-- The outcome of a failed call that asked Meta to create something.
+function M.failed(err, sent)
+  if sent then
+    return { status = "unknown", error = { code = "platform_unavailable", message = err.message } }
+  end
+  return { status = "error", error = err }
+end
+
+return M

@@ -1,0 +1,198 @@
+-- What a Graph API error means for a post: the rules that turn Meta's error
+-- (HTTP status, code, error_subcode, is_transient, usage headers) into one of
+-- sgw's error classes (docs/publishing.md):
+--
+--   { code = "<class>", message = "...", platform_code = "190/463" or nil,
+--     retry_after = seconds or nil }
+--
+-- Retryable: rate_limited, platform_unavailable. Final: token_expired,
+-- permission_missing, media_rejected, content_rejected, duplicate_content,
+-- invalid_request.
+local json = require "json"
+
+local M = {}
+
+-- Seconds to wait on a rate limit when Meta does not say how long.
+M.DEFAULT_RETRY_AFTER = 60
+-- Instagram's publishing quota is per rolling 24 hours: no use asking soon.
+M.QUOTA_RETRY_AFTER = 3600
+
+-- First match wins. A rule matches when every field it names matches:
+-- codes (a list), code_range ({from, to}), subcodes (a list), transient.
+M.RULES = {
+  { class = "rate_limited", codes = { 4, 17, 32, 613 } },              -- app, user, page, custom
+  { class = "rate_limited", code_range = { 80001, 80009 } },           -- business use case (pages, instagram, ...)
+  { class = "rate_limited", codes = { 9 }, subcodes = { 2207042 },     -- Instagram daily publishing quota
+    retry_after = M.QUOTA_RETRY_AFTER },
+  { class = "token_expired", codes = { 190 } },                        -- 458, 459, 460, 463, 464, 467, 492
+  { class = "media_rejected", subcodes = { 2207020 } },                -- container expired: never a second one
+  { class = "platform_unavailable", codes = { 1, 2 } },                -- unknown error, service down
+  { class = "platform_unavailable", codes = { -1, -2 } },              -- Instagram 2207001, 2207003
+  { class = "platform_unavailable", transient = true },
+  { class = "platform_unavailable", codes = { 9007 }, subcodes = { 2207027 } }, -- container not ready yet
+  { class = "permission_missing", codes = { 10 } },
+  { class = "permission_missing", code_range = { 200, 299 } },
+  { class = "media_rejected", codes = { 324, 36000, 36001, 36003, 9004 } },
+  { class = "media_rejected", subcodes = { 1366046, 2207004, 2207005, 2207009, 2207052 } },
+  { class = "content_rejected", codes = { 368, 36004 } },              -- policy block; caption limits
+  { class = "content_rejected", subcodes = { 2207010 } },
+  { class = "duplicate_content", codes = { 506 } },
+  { class = "invalid_request", codes = { 100 }, subcodes = { 33 } },   -- object missing or not ours
+  { class = "content_rejected", codes = { 100 } },                     -- any other invalid parameter
+}
+
+local RETRYABLE = { rate_limited = true, platform_unavailable = true }
+
+function M.retryable(class)
+  return RETRYABLE[class] == true
+end
+
+local function member(list, value)
+  for _, v in ipairs(list) do
+    if v == value then return true end
+  end
+  return false
+end
+
+local function matches(rule, e)
+  if rule.codes and not member(rule.codes, e.code) then return false end
+  if rule.code_range and not (e.code and e.code >= rule.code_range[1] and e.code <= rule.code_range[2]) then
+    return false
+  end
+  if rule.subcodes and not member(rule.subcodes, e.error_subcode) then return false end
+  if rule.transient and e.is_transient ~= true then return false end
+  return true
+end
+
+local function rule_for(e)
+  for _, rule in ipairs(M.RULES) do
+    if matches(rule, e) then return rule end
+  end
+end
+
+-- Headers arrive with lower-case names from the host; unit specs may not care.
+local function header(headers, name)
+  if not headers then return nil end
+  if headers[name] then return headers[name] end
+  for k, v in pairs(headers) do
+    if type(k) == "string" and k:lower() == name then return v end
+  end
+end
+
+local USAGE_METRICS = { "call_count", "total_cputime", "total_time" }
+
+local function max_usage(entry, current)
+  if type(entry) ~= "table" then return current end
+  for _, metric in ipairs(USAGE_METRICS) do
+    local v = tonumber(entry[metric])
+    if v and v > current then current = v end
+  end
+  return current
+end
+
+-- The business use case entries: {"<id>": [{type, call_count, ..., estimated_time_to_regain_access}]}.
+local function buc_entries(headers)
+  local entries = {}
+  local decoded = json.decode(header(headers, "x-business-use-case-usage") or "")
+  if type(decoded) ~= "table" then return entries end
+  for _, list in pairs(decoded) do
+    if type(list) == "table" then
+      for _, entry in ipairs(list) do entries[#entries + 1] = entry end
+    end
+  end
+  return entries
+end
+
+-- The highest usage percent any usage header reports (0 when none does):
+-- X-App-Usage and X-Page-Usage ({"call_count":28,...}) and every entry of
+-- X-Business-Use-Case-Usage. Meta throttles from 100.
+function M.usage_pressure(headers)
+  local pressure = 0
+  for _, name in ipairs({ "x-app-usage", "x-page-usage" }) do
+    pressure = max_usage(json.decode(header(headers, name) or ""), pressure)
+  end
+  for _, entry in ipairs(buc_entries(headers)) do
+    pressure = max_usage(entry, pressure)
+  end
+  return pressure
+end
+
+-- Seconds until Meta lets us call again, from X-Business-Use-Case-Usage
+-- (estimated_time_to_regain_access, in minutes, the longest of all entries),
+-- else Retry-After; nil when neither says.
+function M.regain_access_seconds(headers)
+  local minutes = 0
+  for _, entry in ipairs(buc_entries(headers)) do
+    local m = type(entry) == "table" and tonumber(entry.estimated_time_to_regain_access)
+    if m and m > minutes then minutes = m end
+  end
+  if minutes > 0 then return minutes * 60 end
+  local after = tonumber(header(headers, "retry-after") or "")
+  if after and after > 0 then return after end
+end
+
+local function platform_code(e)
+  if e.code == nil then return nil end
+  if e.error_subcode ~= nil then return e.code .. "/" .. e.error_subcode end
+  return tostring(e.code)
+end
+
+-- Messages go to clients and logs: short, and never with a token in them.
+local function short(s)
+  s = tostring(s or ""):gsub("access_token=[^&%s\"]*", "access_token=[redacted]")
+  if #s > 500 then s = s:sub(1, 500) .. "..." end
+  return s
+end
+
+-- JSON numbers may decode as floats (400.0): codes are integers.
+local function integer(v)
+  v = tonumber(v)
+  return v and (math.tointeger(v) or v)
+end
+
+-- From a Graph error object ({message, code, error_subcode, is_transient, ...}),
+-- the HTTP status and the response headers.
+function M.classify(graph_error, status, headers)
+  local g = type(graph_error) == "table" and graph_error or {}
+  local e = { code = integer(g.code), error_subcode = integer(g.error_subcode), is_transient = g.is_transient }
+  local rule = rule_for(e)
+  local class = rule and rule.class
+  if not class then
+    class = (status or 0) >= 500 and "platform_unavailable" or "invalid_request"
+  end
+  local out = {
+    code = class,
+    message = short(g.message or g.error_user_msg or ("Graph API answered HTTP " .. tostring(status))),
+    platform_code = platform_code(e),
+  }
+  if class == "rate_limited" then
+    out.retry_after = M.regain_access_seconds(headers) or (rule and rule.retry_after) or M.DEFAULT_RETRY_AFTER
+  end
+  return out
+end
+
+-- From an HTTP response {status, headers, body} that is not a success.
+function M.from_response(res)
+  local decoded = json.decode(res.body or "")
+  if type(decoded) == "table" and type(decoded.error) == "table" then
+    return M.classify(decoded.error, res.status, res.headers)
+  end
+  -- No Graph error body: a proxy, an overloaded front end, a throttle.
+  local class = "invalid_request"
+  if res.status == 429 then
+    class = "rate_limited"
+  elseif (res.status or 0) >= 500 or (res.status or 0) < 400 then
+    class = "platform_unavailable"
+  end
+  local out = { code = class, message = "Graph API answered HTTP " .. tostring(res.status) .. " without an error body." }
+  if class == "rate_limited" then out.retry_after = M.regain_access_seconds(res.headers) or M.DEFAULT_RETRY_AFTER end
+  return out
+end
+
+-- From a failed http.request (message, kind): nothing usable came back.
+function M.from_failure(message, kind)
+  local what = kind == "timeout" and "Graph API did not answer in time" or "Could not reach the Graph API"
+  return { code = "platform_unavailable", message = what .. " (" .. short(message) .. ")." }
+end
+
+return M

@@ -1,0 +1,108 @@
+-- Instagram adapter (docs/publishing.md): three steps, with the container
+-- remembered in the target's adapter_state so that one target never gets a
+-- second container, and a container is never published twice.
+--
+--   1. POST /{ig-user}/media (image_url, caption) -> container; saved at once
+--   2. GET /{container}?fields=status_code until FINISHED. Still IN_PROGRESS:
+--      publish returns {status = "retry_later", retry_in = poll seconds} and
+--      the job calls publish again later with the saved state.
+--   3. POST /{ig-user}/media_publish (creation_id) -> media id
+--
+-- A container already PUBLISHED means the media exists: find it, publish nothing.
+local graph = require "platforms.graph"
+
+local M = {}
+
+-- What media_publish answers for a container published already (a race).
+local ALREADY_PUBLISHED = "9007/2207008"
+
+-- The container's status_code, and Meta's words about it.
+local function container_status(container, token)
+  local value, err = graph.call("GET", container, { fields = "status_code,status" }, token)
+  if not value then return nil, err end
+  return value.status_code, value.status
+end
+
+-- The media a PUBLISHED container became. Not in the listing (deleted by
+-- hand already, or the listing lags): published all the same, id unknown.
+local function published_media(ctx, token)
+  local state = ctx.target.adapter_state
+  local media, err = graph.find_recent(ctx.account.platform_account_id .. "/media", token, {
+    fields = "id,caption,timestamp", text_field = "caption", time_field = "timestamp",
+    text = ctx.post.content.message,
+    since = state.container_created_at or ctx.target.attempt_started_at,
+  })
+  if media == nil then return nil, err end
+  if not media then
+    log.warn("instagram_media_not_found", { targetId = ctx.target.id, containerId = state.container_id })
+    return graph.published(nil, nil)
+  end
+  return graph.published(media.id, graph.permalink(media.id, "permalink", token))
+end
+
+-- In publish: a media that exists, or an unknown outcome while we cannot find out.
+local function existing_media(ctx, token)
+  local outcome, err = published_media(ctx, token)
+  return outcome or graph.failed(err, true)
+end
+
+-- The container of this target: the saved one, or a new one saved before
+-- anything else happens.
+local function container_of(ctx, token)
+  local state = ctx.target.adapter_state
+  if state.container_id then return state.container_id end
+  local created, err = graph.call("POST", ctx.account.platform_account_id .. "/media", {
+    image_url = ctx.post.image and ctx.post.image.url, caption = ctx.post.content.message,
+  }, token)
+  -- A container nobody publishes does no harm: a lost answer is just an error.
+  if not created then return nil, err end
+  if not created.id then return nil, { code = "platform_unavailable", message = "No container id in Meta's answer." } end
+  local saved = { container_id = created.id, container_created_at = clock.now() }
+  ctx.save_state(saved)
+  for k, v in pairs(saved) do state[k] = v end
+  return created.id
+end
+
+function M.publish(ctx)
+  local token = ctx.account.access_token
+  ctx.target.adapter_state = ctx.target.adapter_state or {}
+  local container, err = container_of(ctx, token)
+  if not container then return graph.failed(err, false) end
+
+  local status, detail = container_status(container, token)
+  if not status then return graph.failed(detail, false) end
+  if status == "PUBLISHED" then
+    return existing_media(ctx, token)
+  elseif status == "ERROR" or status == "EXPIRED" then
+    return graph.error("media_rejected", "Instagram could not prepare the media: " .. tostring(detail or status))
+  elseif status ~= "FINISHED" then
+    local waited = clock.now() - (ctx.target.adapter_state.container_created_at or clock.now())
+    if waited >= config.get("meta.instagram_container_max_wait_seconds") then
+      return graph.error("platform_unavailable", "Instagram has not prepared the media after "
+        .. math.floor(waited) .. " s (container " .. tostring(status) .. ").")
+    end
+    return { status = "retry_later", retry_in = config.get("meta.instagram_container_poll_seconds") }
+  end
+
+  local published, perr, sent = graph.call("POST", ctx.account.platform_account_id .. "/media_publish",
+    { creation_id = container }, token)
+  if perr and perr.platform_code == ALREADY_PUBLISHED then return existing_media(ctx, token) end
+  if not published then return graph.failed(perr, sent) end
+  if not published.id then return graph.failed({ message = "No media id in Meta's answer." }, true) end
+  return graph.published(published.id, graph.permalink(published.id, "permalink", token))
+end
+
+-- After an unknown outcome the container's status tells: PUBLISHED means the
+-- media exists; anything else means the next attempt goes on with the same
+-- container (and reports ERROR or EXPIRED itself).
+function M.resolve(ctx)
+  local state = ctx.target.adapter_state or {}
+  ctx.target.adapter_state = state
+  if not state.container_id then return graph.not_found() end
+  local status, err = container_status(state.container_id, ctx.account.access_token)
+  if not status then return nil, err end
+  if status == "PUBLISHED" then return published_media(ctx, ctx.account.access_token) end
+  return graph.not_found()
+end
+
+return M
