@@ -1,0 +1,259 @@
+-- Publishing to live accounts through the real adapters against the fake
+-- Graph API, with the platform misbehaving: slow, failing with 500s,
+-- rate-limiting with a wait, expiring a token mid-batch, timing out after
+-- it created the post, dropping connections; and sgw killed, and PostgreSQL
+-- restarted, in the middle. Every target ends in the right final status and
+-- none is published twice, as the fake's own record shows.
+local stack = require "stack"
+local fake_graph = require "fake_graph"
+local cjson = require "cjson.safe"
+
+local ENCRYPTION_KEY = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
+
+local function cli(inst, argv)
+  local code, out = inst:command(argv)
+  assert(code == 0, table.concat(argv, " ") .. " failed: " .. out)
+  return assert(cjson.decode(out:match("(%b{})%s*$")))
+end
+
+local function settings(fake, extra)
+  local s = {
+    ["crypto.encryption_key"] = ENCRYPTION_KEY,
+    ["meta.graph_base_url"] = fake.graph_url,
+    ["meta.request_timeout_seconds"] = 2,
+    ["meta.instagram_container_poll_seconds"] = 0.2,
+    ["publishing.retry.base_seconds"] = 0.2,
+    ["publishing.retry.max_seconds"] = 1,
+    ["api.rate_limit.per_minute"] = 1000000,
+    ["jobs.lease_seconds"] = 2,
+    ["clock.allow_control"] = true,
+  }
+  for k, v in pairs(extra or {}) do s[k] = v end
+  return s
+end
+
+-- A live client with a Page (and its Instagram account) connected.
+local function tenant(inst, fake)
+  local company = cli(inst, { "company", "create", "--name", "Live Co" }).companyId
+  local key = cli(inst, { "client", "create", "--company", company, "--environment", "live",
+    "--scopes", "accounts:read posts:read posts:write operations:read" }).apiKey
+  local page = fake.add_page({ name = "Live page", instagram_business_account = true })
+  local fb = cli(inst, { "account", "add", "--company", company, "--environment", "live", "--platform", "facebook",
+    "--platform-account-id", page.id, "--name", page.name, "--access-token", page.access_token }).accountId
+  local ig = cli(inst, { "account", "add", "--company", company, "--environment", "live", "--platform", "instagram",
+    "--platform-account-id", page.instagram_business_account.id, "--name", "Live IG",
+    "--access-token", page.access_token }).accountId
+  local t = { key = key, page = page, fb = fb, ig = ig, n = 0, inst = inst }
+  function t.api(method, path, body)
+    t.n = t.n + 1
+    return t.inst:json(method, path, { body = body,
+      headers = { ["X-Api-Key"] = key, ["Idempotency-Key"] = "fault-" .. t.n .. "-" .. math.random(1, 1e9) } })
+  end
+  function t.text(message, targets)
+    local status, body = t.api("POST", "/api/v1/posts", {
+      targets = targets or { { socialAccountId = fb, platform = "facebook" } },
+      content = { type = "text", message = message }, publishing = { mode = "immediate" } })
+    assert(status == 202, cjson.encode(body))
+    return body
+  end
+  function t.wait(op_id, timeout)
+    local op
+    stack.eventually(function()
+      local _, body = t.api("GET", "/api/v1/operations/" .. op_id)
+      op = body
+      return body and (body.status == "succeeded" or body.status == "failed")
+    end, timeout or 60, 0.1, "operation " .. op_id .. " finished")
+    return op
+  end
+  function t.post(id)
+    local _, body = t.api("GET", "/api/v1/posts/" .. id)
+    return body
+  end
+  return t
+end
+
+-- How many times the fake really published this message on the page.
+local function times_published(fake, page_id, message)
+  local n = 0
+  for _, p in ipairs(fake.published(page_id).data or {}) do
+    if (p.message or p.caption) == message then n = n + 1 end
+  end
+  return n
+end
+
+describe("publishing faults", function()
+  local fake, sgw, t
+
+  setup(function()
+    fake = fake_graph.start({ latency_ms = 0 })
+    fake.config({ fetch_https_as_http = true })
+    sgw = stack.start_sgw { name = "faults", set = settings(fake) }
+    t = tenant(sgw, fake)
+  end)
+
+  teardown(function()
+    stack.cleanup()
+    fake_graph.stop_all()
+  end)
+
+  before_each(function() fake.clear_failures() end)
+
+  it("publishes a text post to a Page for real", function()
+    local body = t.text("A real post")
+    local op = t.wait(body.operationId)
+    assert.are.equal("succeeded", op.status)
+    local target = t.post(body.resource.postId).targets[1]
+    assert.are.equal("published", target.status)
+    assert.matches("^" .. t.page.id .. "_%d+$", target.platformPostId)
+    assert.matches("^https://www%.facebook%.com/", target.permalinkUrl)
+    assert.are.equal(1, times_published(fake, t.page.id, "A real post"))
+  end)
+
+  it("retries 500s from the platform and publishes once", function()
+    fake.fail({ match = { method = "POST", path = "/{page}/feed" }, count = 2, preset = "transient" })
+    local body = t.text("After two 500s")
+    assert.are.equal("succeeded", t.wait(body.operationId).status)
+    local target = t.post(body.resource.postId).targets[1]
+    assert.are.equal(3, target.attempts)
+    assert.are.equal(1, times_published(fake, t.page.id, "After two 500s"))
+  end)
+
+  it("fails at once when the token expires mid-batch, and keeps what was published", function()
+    local first = t.text("Batch 1")
+    t.wait(first.operationId)
+    fake.expire_token(t.page.access_token)
+    local later = { t.text("Batch 2"), t.text("Batch 3") }
+    for _, b in ipairs(later) do
+      local op = t.wait(b.operationId)
+      assert.are.equal("failed", op.status)
+      local target = t.post(b.resource.postId).targets[1]
+      assert.are.equal("token_expired", target.error.code)
+      assert.are.equal(1, target.attempts, "an expired token is not retried")
+      assert.matches("^190", target.error.platformCode)
+    end
+    assert.are.equal("published", t.post(first.resource.postId).status)
+    assert.are.equal(1, times_published(fake, t.page.id, "Batch 1"))
+    assert.are.equal(0, times_published(fake, t.page.id, "Batch 2"))
+    fake.expire_token(t.page.access_token, false)
+  end)
+
+  it("resolves a time-out after the platform created the post, and does not publish it again", function()
+    fake.fail({ match = { method = "POST", path = "/{page}/feed" }, count = 1, kind = "timeout_after_commit" })
+    local body = t.text("Timed out but created")
+    assert.are.equal("succeeded", t.wait(body.operationId, 30).status)
+    local target = t.post(body.resource.postId).targets[1]
+    assert.are.equal("published", target.status)
+    assert.are.equal(1, times_published(fake, t.page.id, "Timed out but created"))
+    local found
+    for _, p in ipairs(fake.published(t.page.id).data) do
+      if p.message == "Timed out but created" then found = p end
+    end
+    assert.are.equal(found.id, target.platformPostId)
+  end)
+
+  it("tries again when the platform drops the connection before doing anything", function()
+    fake.fail({ match = { method = "POST", path = "/{page}/feed" }, count = 1, kind = "close" })
+    local body = t.text("Dropped once")
+    assert.are.equal("succeeded", t.wait(body.operationId, 30).status)
+    assert.are.equal(1, times_published(fake, t.page.id, "Dropped once"))
+  end)
+
+  it("publishes to Facebook and Instagram independently, and reports a partial outcome", function()
+    fake.fail({ match = { method = "POST", path = "/{ig}/media" }, count = 1, preset = "permission" })
+    local status, body = t.api("POST", "/api/v1/posts", {
+      targets = { { socialAccountId = t.fb, platform = "facebook" }, { socialAccountId = t.ig, platform = "instagram" } },
+      content = { type = "image", message = "Both places #sgw", imageUrl = fake.asset("tiny.jpg"):gsub("^http:", "https:") },
+      publishing = { mode = "immediate" },
+    })
+    assert.are.equal(202, status, cjson.encode(body))
+    local op = t.wait(body.operationId)
+    assert.are.equal("partially_published", op.result.status)
+    local post = t.post(body.resource.postId)
+    assert.are.equal("published", post.targets[1].status)
+    assert.are.equal("failed", post.targets[2].status)
+    assert.are.equal("permission_missing", post.targets[2].error.code)
+  end)
+
+  it("publishes an Instagram image through its container once", function()
+    local status, body = t.api("POST", "/api/v1/posts", {
+      targets = { { socialAccountId = t.ig, platform = "instagram" } },
+      content = { type = "image", message = "Container once", imageUrl = fake.asset("tiny.jpg"):gsub("^http:", "https:") },
+      publishing = { mode = "immediate" },
+    })
+    assert.are.equal(202, status, cjson.encode(body))
+    assert.are.equal("succeeded", t.wait(body.operationId).status)
+    local target = t.post(body.resource.postId).targets[1]
+    assert.matches("^%d+$", target.platformPostId)
+    assert.are.equal(1, times_published(fake, t.page.instagram_business_account.id, "Container once"))
+  end)
+  -- Last in this block: it moves sgw's clock forward for good.
+  it("waits as long as a rate-limited platform asks before trying again", function()
+    fake.fail({ match = { method = "POST", path = "/{page}/feed" }, count = 1, preset = "rate_limited" })
+    local body = t.text("Rate limited once")
+    local target
+    stack.eventually(function()
+      target = t.post(body.resource.postId).targets[1]
+      return target.status == "retry_scheduled"
+    end, 10, 0.1, "retry scheduled")
+    assert.are.equal("rate_limited", target.error.code)
+    assert.is_true(target.error.retryable)
+    -- The fake asked for a minute (estimated_time_to_regain_access), which
+    -- wins over the one-second back-off configured here.
+    local y, mo, d, h, mi, s = target.nextAttemptAt:match("(%d+)-(%d+)-(%d+)T(%d+):(%d+):(%d+)")
+    local next_at = os.time({ year = y, month = mo, day = d, hour = h, min = mi, sec = s, isdst = false })
+      - os.time({ year = 1970, month = 1, day = 1, hour = 0, isdst = false })
+    assert.is_true(next_at - stack.now() > 50, "next attempt in " .. (next_at - stack.now()) .. " s")
+    assert.are.equal(0, times_published(fake, t.page.id, "Rate limited once"))
+    -- Move sgw's clock past the wait instead of sleeping a minute.
+    assert.are.equal(200, (sgw:admin("POST", "/clock/advance?seconds=61")))
+    assert.are.equal("succeeded", t.wait(body.operationId).status)
+    assert.are.equal(1, times_published(fake, t.page.id, "Rate limited once"))
+  end)
+end)
+
+describe("publishing through crashes", function()
+  teardown(function()
+    stack.cleanup()
+    fake_graph.stop_all()
+  end)
+
+  it("loses and duplicates nothing when sgw is killed in the middle and restarted", function()
+    local fake = fake_graph.start({ latency_ms = 400 })
+    local sgw = stack.start_sgw { name = "faults-kill", set = settings(fake) }
+    local t = tenant(sgw, fake)
+    local ops = {}
+    for i = 1, 30 do ops[i] = t.text("Crash test " .. i) end
+    stack.eventually(function() return fake.published(t.page.id).total > 0 end, 20, 0.05, "publishing under way")
+    assert.are.equal(137, sgw:kill())
+    local again = stack.start_sgw { name = "faults-kill-2", set = settings(fake), database_url = sgw.database_url, migrate = false }
+    t.inst = again
+    for _, b in ipairs(ops) do assert.are.equal("succeeded", t.wait(b.operationId, 90).status) end
+    for i = 1, 30 do assert.are.equal(1, times_published(fake, t.page.id, "Crash test " .. i), "Crash test " .. i) end
+  end)
+
+  it("loses and duplicates nothing when PostgreSQL restarts in the middle", function()
+    local dir = stack.build_dir() .. "/test-services/faults-pg-" .. stack.free_port()
+    local port = stack.free_port()
+    local code, out = stack.sh("bash spec/support/services start " .. stack.shell_quote(dir)
+      .. " --without-redis --pg-port " .. port .. " --database sgw_faults")
+    assert(code == 0, out)
+    local url = "postgresql://postgres@127.0.0.1:" .. port .. "/sgw_faults"
+    local fake = fake_graph.start({ latency_ms = 300 })
+    local sgw = stack.start_sgw { name = "faults-pg", set = settings(fake), database_url = url }
+    local t = tenant(sgw, fake)
+    local ops = {}
+    for i = 1, 20 do ops[i] = t.text("PG restart " .. i) end
+    stack.eventually(function() return fake.published(t.page.id).total > 0 end, 20, 0.05, "publishing under way")
+    code, out = stack.sh("bash spec/support/services stop " .. stack.shell_quote(dir))
+    assert(code == 0, out)
+    stack.sleep(1)
+    code, out = stack.sh("bash spec/support/services start " .. stack.shell_quote(dir)
+      .. " --without-redis --pg-port " .. port .. " --database sgw_faults")
+    assert(code == 0, out)
+    for _, b in ipairs(ops) do assert.are.equal("succeeded", t.wait(b.operationId, 120).status) end
+    for i = 1, 20 do assert.are.equal(1, times_published(fake, t.page.id, "PG restart " .. i), "PG restart " .. i) end
+    assert.is_true(sgw:alive(), "sgw survived the database restart")
+    sgw:stop()
+    stack.sh("bash spec/support/services stop " .. stack.shell_quote(dir) .. " --purge")
+  end)
+end)
