@@ -1,6 +1,7 @@
 -- Social accounts as the API shows them, always within one company and one
 -- environment.
 local json = require "json"
+local secrets = require "secrets"
 
 local M = {}
 
@@ -39,34 +40,21 @@ function M.list_active(client)
   return out
 end
 
-local function encryption_key()
-  local key = crypto.base64_decode(config.get("crypto.encryption_key") or "")
-  if not key or #key ~= 32 then
-    return nil, "crypto.encryption_key must be 32 random bytes in base64 (head -c 32 /dev/urandom | base64)"
-  end
-  return key
-end
-
 -- The platform token of an account row (access_token_enc, platform_account_id),
 -- or nil and why. The account id is the associated data, so a token copied
 -- to another account's row does not decrypt.
 function M.decrypt_token(row)
   if not row.access_token_enc then return nil, "the account has no platform token" end
-  local key, err = encryption_key()
-  if not key then return nil, err end
-  local blob = crypto.base64_decode(row.access_token_enc)
-  local token = blob and crypto.aes_gcm_decrypt(key, blob, row.platform_account_id)
-  if not token then return nil, "the stored platform token does not decrypt (was crypto.encryption_key changed?)" end
-  return token
+  return secrets.open(row.access_token_enc, row.platform_account_id)
 end
 
 -- Connects an account; the platform token, when there is one, is encrypted.
 function M.add(opts)
   local token_enc
   if opts.access_token then
-    local key, kerr = encryption_key()
-    if not key then return nil, kerr end
-    token_enc = crypto.base64_encode(crypto.aes_gcm_encrypt(key, opts.access_token, opts.platform_account_id))
+    local err
+    token_enc, err = secrets.seal(opts.access_token, opts.platform_account_id)
+    if not token_enc then return nil, err end
   end
   local id = "acc_" .. crypto.random_token(24)
   local rows, err, state = db.query([[INSERT INTO social_accounts

@@ -7,6 +7,7 @@
 -- drops its cache, so a revoked key stops working on every instance at once
 -- without a database query per request.
 local scopes = require "scopes"
+local secrets = require "secrets"
 
 local M = {}
 
@@ -188,25 +189,17 @@ end
 
 -- ----------------------------------------------------------- management
 
-local function encryption_key()
-  local key = crypto.base64_decode(config.get("crypto.encryption_key") or "")
-  if not key or #key ~= 32 then
-    return nil, "crypto.encryption_key must be 32 random bytes in base64 (head -c 32 /dev/urandom | base64)"
-  end
-  return key
-end
-
-M.encryption_key = encryption_key
+M.encryption_key = secrets.key
 
 -- Creates a client with its key and secrets. Returns the secrets (shown
 -- once) or nil, err.
 function M.create_client(opts)
   local webhook_secret, webhook_secret_enc
   if opts.webhook_url then
-    local key, err = encryption_key()
-    if not key then return nil, err end
+    local err
     webhook_secret = M.new_webhook_secret()
-    webhook_secret_enc = crypto.base64_encode(crypto.aes_gcm_encrypt(key, webhook_secret))
+    webhook_secret_enc, err = secrets.seal(webhook_secret)
+    if not webhook_secret_enc then return nil, err end
   end
   local client_id = M.new_id("cli_")
   local api_key = M.new_api_key(opts.environment)

@@ -7,6 +7,8 @@
 -- signed over "<uploadId>.<exp>" with a key derived from crypto.encryption_key
 -- (never the encryption key itself, so a leaked URL key could not decrypt
 -- anything). GET /media/{file} (handlers/media/get.lua) serves them.
+local secrets = require "secrets"
+
 local M = {}
 
 local KEY_LABEL = "sgw media url"
@@ -14,11 +16,8 @@ local ID_PATTERN = "^upl_%w+$"
 
 -- The signing key, or nil and a message for the operator.
 local function signing_key()
-  local raw = config.get("crypto.encryption_key")
-  local key = raw and raw ~= "" and crypto.base64_decode(raw)
-  if not key or #key ~= 32 then
-    return nil, "crypto.encryption_key must be set (32 random bytes in base64) to sign media URLs"
-  end
+  local key, err = secrets.key()
+  if not key then return nil, err .. "; it also signs media URLs" end
   return crypto.hmac_sha256(key, KEY_LABEL)
 end
 

@@ -6,19 +6,14 @@ local stack = require "stack"
 local fixture_root = require "fixture_root"
 local cjson = require "cjson.safe"
 
-local ENCRYPTION_KEY = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
+local ENCRYPTION_KEY = stack.ENCRYPTION_KEY
 
 local function b64(s)
   local out = io.popen("printf '%s' '" .. s .. "' | base64 -w0"):read("a")
   return out
 end
 
-local function cli(inst, argv)
-  local code, out = inst:command(argv)
-  assert(code == 0, table.concat(argv, " ") .. " failed (" .. code .. "): " .. out)
-  local line = out:match("(%b{})%s*$")
-  return assert(cjson.decode(line), "one JSON object: " .. out)
-end
+local cli = stack.cli
 
 local function refused_401(status, body, headers)
   assert.are.equal(401, status, body)

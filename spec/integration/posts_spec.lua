@@ -4,13 +4,9 @@
 local stack = require "stack"
 local cjson = require "cjson.safe"
 
-local ENCRYPTION_KEY = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
+local ENCRYPTION_KEY = stack.ENCRYPTION_KEY
 
-local function cli(inst, argv)
-  local code, out = inst:command(argv)
-  assert(code == 0, table.concat(argv, " ") .. " failed: " .. out)
-  return assert(cjson.decode(out:match("(%b{})%s*$")))
-end
+local cli = stack.cli
 
 local function iso_in(seconds)
   return os.date("!%Y-%m-%dT%H:%M:%S", math.floor(stack.now() + seconds)) .. "Z"

@@ -5,7 +5,7 @@
 local stack = require "stack"
 local cjson = require "cjson.safe"
 
-local ENCRYPTION_KEY = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
+local ENCRYPTION_KEY = stack.ENCRYPTION_KEY
 local SETTINGS = {
   ["crypto.encryption_key"] = ENCRYPTION_KEY,
   ["api.rate_limit.per_minute"] = 1000000,
@@ -14,11 +14,7 @@ local SETTINGS = {
   ["jobs.lease_seconds"] = 2,
 }
 
-local function cli(inst, argv)
-  local code, out = inst:command(argv)
-  assert(code == 0, table.concat(argv, " ") .. " failed: " .. out)
-  return assert(cjson.decode(out:match("(%b{})%s*$")))
-end
+local cli = stack.cli
 
 local function iso(t)
   local whole = math.floor(t)

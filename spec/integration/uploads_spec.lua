@@ -6,7 +6,7 @@ local fixture_root = require "fixture_root"
 local img = require "image_fixtures"
 local cjson = require "cjson.safe"
 
-local ENCRYPTION_KEY = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
+local ENCRYPTION_KEY = stack.ENCRYPTION_KEY
 
 -- The routes as handlers/routes.lua declares them; added to the private root
 -- only while the repository's own routes lack them.

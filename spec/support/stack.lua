@@ -552,6 +552,21 @@ function M.start_sgw(opts)
   return inst
 end
 
+--- A fixed crypto.encryption_key for test instances (never a real deployment's).
+M.ENCRYPTION_KEY = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
+
+--- Runs an operator command (e.g. {"company", "create", "--name", "X"}) on an
+--- instance and returns the one JSON object it prints; raises when it fails.
+function M.cli(inst, argv)
+  local code, out = inst:command(argv)
+  if code ~= 0 then
+    error(table.concat(argv, " ") .. " failed (exit " .. code .. "): " .. out, 2)
+  end
+  local value = cjson_safe.decode(out:match("(%b{})%s*$") or "")
+  if type(value) ~= "table" then error(table.concat(argv, " ") .. " printed no JSON object: " .. out, 2) end
+  return value
+end
+
 --- Stops every instance started here (SIGTERM, then SIGKILL after 10 s).
 --- Call it from teardown.
 function M.cleanup()
