@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -200,7 +201,40 @@ static int cmd_reload(void) {
     return status == 200 ? 0 : 1;
 }
 
-/* Operator commands live in Lua (handlers/cli/<command>.lua): they return
+/* read_secret(prompt): one line from stdin, for passwords. On a terminal the
+ * prompt goes to stderr and typing is not echoed; otherwise the first line of
+ * the piped input is taken. The trailing newline is dropped. */
+static int l_read_secret(lua_State *L) {
+    const char *prompt = luaL_optstring(L, 1, "Password: ");
+    int tty = isatty(STDIN_FILENO);
+    struct termios old, quiet;
+    if (tty) {
+        fputs(prompt, stderr);
+        fflush(stderr);
+        if (tcgetattr(STDIN_FILENO, &old) == 0) {
+            quiet = old;
+            quiet.c_lflag &= (tcflag_t)~ECHO;
+            tcsetattr(STDIN_FILENO, TCSAFLUSH, &quiet);
+        } else {
+            tty = 0;
+        }
+    }
+    char line[1024];
+    char *got = fgets(line, sizeof line, stdin);
+    if (tty) {
+        tcsetattr(STDIN_FILENO, TCSAFLUSH, &old);
+        fputs("\n", stderr);
+    }
+    if (!got) return 0;
+    size_t n = strlen(line);
+    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = 0;
+    lua_pushlstring(L, line, n);
+    explicit_bzero(line, sizeof line);
+    return 1;
+}
+
+/* Operator commands live in Lua (handlers/cli/<command>.lua): they get the
+ * arguments and a table of console functions ({read_secret}), and return
  * exit_code, stdout_text, stderr_text. */
 static int cmd_lua(const cli_args *a) {
     if (init_runtime()) return 1;
@@ -226,7 +260,10 @@ static int cmd_lua(const cli_args *a) {
             lua_pushstring(L, a->args[i]);
             lua_rawseti(L, -2, i + 1);
         }
-        if (luart_call(L, 1, 3, 0) != LUA_OK) {
+        lua_newtable(L);
+        lua_pushcfunction(L, l_read_secret);
+        lua_setfield(L, -2, "read_secret");
+        if (luart_call(L, 2, 3, 0) != LUA_OK) {
             fprintf(stderr, "sgw: %s failed: %s\n", a->command, lua_tostring(L, -1));
         } else {
             code = (int)luaL_optinteger(L, -3, 0);
