@@ -92,61 +92,58 @@ void log_msg(sgw_log_level level, const char *event, const char *fmt, ...) {
     log_line(buf, len);
 }
 
-/* log.info(event, fields): fields are flattened one level; nested tables are
- * encoded by cjson when available so that a log line stays one JSON object. */
+/* log.info(event, fields): one level of fields, each value a number, a
+ * boolean or text. The line is assembled in a fixed buffer on the C stack,
+ * not a luaL_Buffer: walking the table pushes values, which a luaL_Buffer
+ * does not allow while it is open. Absurdly long lines are cut short. */
+#define LUA_LOG_LINE 16384
+
+static size_t append(char *buf, size_t len, size_t cap, const char *s, size_t n) {
+    if (len >= cap || n > cap - len) return cap;
+    memcpy(buf + len, s, n);
+    return len + n;
+}
+
 static int l_log(lua_State *L, sgw_log_level level) {
     if ((int)level < atomic_load(&min_level)) return 0;
     const char *event = luaL_checkstring(L, 1);
-    luaL_Buffer b;
-    char head[160];
-    size_t hl = log_begin(head, sizeof head);
-    luaL_buffinit(L, &b);
-    luaL_addlstring(&b, head, hl);
-    luaL_addstring(&b, ",\"level\":\"");
-    luaL_addstring(&b, level_names[level]);
-    luaL_addstring(&b, "\"");
-    char esc[4096];
-    size_t el;
-    el = json_escape(esc, 0, sizeof esc, event, strlen(event));
-    luaL_addstring(&b, ",\"event\":");
-    luaL_addlstring(&b, esc, el);
+    char line[LUA_LOG_LINE];
+    const size_t cap = sizeof line - 2; /* room for the closing brace */
+    size_t len = log_begin(line, cap);
+    len += (size_t)snprintf(line + len, cap - len, ",\"level\":\"%s\",\"event\":", level_names[level]);
+    len = json_escape(line, len, cap, event, strlen(event));
     if (lua_istable(L, 2)) {
         lua_pushnil(L);
-        while (lua_next(L, 2)) {
+        while (len < cap && lua_next(L, 2)) {
             if (lua_type(L, -2) == LUA_TSTRING) {
                 size_t kl;
                 const char *k = lua_tolstring(L, -2, &kl);
                 if (strcmp(k, "time") && strcmp(k, "level") && strcmp(k, "event")) {
-                    el = json_escape(esc, 0, sizeof esc, k, kl);
-                    luaL_addchar(&b, ',');
-                    luaL_addlstring(&b, esc, el);
-                    luaL_addchar(&b, ':');
+                    len = append(line, len, cap, ",", 1);
+                    len = json_escape(line, len, cap, k, kl);
+                    len = append(line, len, cap, ":", 1);
                     int t = lua_type(L, -1);
+                    char num[64];
                     if (t == LUA_TNUMBER) {
-                        char num[64];
-                        if (lua_isinteger(L, -1))
-                            snprintf(num, sizeof num, "%lld", (long long)lua_tointeger(L, -1));
-                        else
-                            snprintf(num, sizeof num, "%.17g", lua_tonumber(L, -1));
-                        luaL_addstring(&b, num);
+                        int n = lua_isinteger(L, -1) ? snprintf(num, sizeof num, "%lld", (long long)lua_tointeger(L, -1))
+                                                     : snprintf(num, sizeof num, "%.17g", lua_tonumber(L, -1));
+                        len = append(line, len, cap, num, (size_t)n);
                     } else if (t == LUA_TBOOLEAN) {
-                        luaL_addstring(&b, lua_toboolean(L, -1) ? "true" : "false");
+                        len = lua_toboolean(L, -1) ? append(line, len, cap, "true", 4) : append(line, len, cap, "false", 5);
                     } else {
                         size_t vl;
                         const char *v = luaL_tolstring(L, -1, &vl);
-                        el = json_escape(esc, 0, sizeof esc, v, vl);
+                        len = json_escape(line, len, cap, v, vl);
                         lua_pop(L, 1);
-                        luaL_addlstring(&b, esc, el);
                     }
                 }
             }
             lua_pop(L, 1);
         }
+        if (len >= cap) lua_pop(L, 2); /* left the walk early: key and value */
     }
-    luaL_addchar(&b, '}');
-    luaL_pushresult(&b);
-    size_t len;
-    const char *line = lua_tolstring(L, -1, &len);
+    if (len > cap) len = cap;
+    line[len++] = '}';
     log_line(line, len);
     return 0;
 }

@@ -24,7 +24,9 @@ function M.enqueue(kind, payload, opts)
   opts = opts or {}
 
   -- run_at is on the clock handlers see (which tests may move); the row
-  -- stores the database's time, so convert through a delay.
+  -- stores the database's time, so convert through a delay, measured from
+  -- clock_timestamp(): now() is when the enclosing transaction began, which
+  -- would make a scheduled job due early by the transaction's age.
   local delay = 0
   if opts.run_at ~= nil then
     if type(opts.run_at) ~= "number" then error("jobs.enqueue: run_at must be a number", 2) end
@@ -45,7 +47,7 @@ function M.enqueue(kind, payload, opts)
 
   local rows, err = db.query(
     "INSERT INTO jobs (kind, payload, run_at, max_attempts) "
-      .. "VALUES ($1, $2, now() + make_interval(secs => $3), $4) RETURNING id",
+      .. "VALUES ($1, $2, clock_timestamp() + make_interval(secs => $3), $4) RETURNING id",
     kind, payload or {}, delay, max_attempts)
   if not rows then
     return nil, err

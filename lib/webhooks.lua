@@ -1,0 +1,157 @@
+-- Events to clients' webhooks (CONTRACT 7): the body, the Standard Webhooks
+-- signature, the retry schedule, one delivery attempt and its record, and
+-- setting a client's endpoint. lib/events.lua writes an event and enqueues
+-- its `deliver_event` job in the caller's transaction; the job calls
+-- deliver() once per attempt.
+local credentials = require "credentials"
+local jobs = require "jobs"
+local json = require "json"
+local secrets = require "secrets"
+
+local M = {}
+
+-- Any 2xx within this many seconds is success (CONTRACT 7).
+M.TIMEOUT_SECONDS = 10
+
+-- The delivery body. Built by hand so that the envelope's fields come in a
+-- fixed order; `data_json` is the event's data, already encoded.
+function M.body(id, type, created_at, environment, data_json)
+  return string.format('{"id":%s,"type":%s,"createdAt":%s,"environment":%s,"data":%s}',
+    json.encode(id), json.encode(type), json.encode(clock.iso(created_at)), json.encode(environment), data_json)
+end
+
+-- Standard Webhooks: HMAC-SHA256 keyed with the bytes the secret's base64
+-- part stands for, over "<id>.<timestamp>.<body>".
+function M.signature(secret, id, timestamp, body)
+  local key = assert(crypto.base64_decode(secret:sub(#"whsec_" + 1)), "malformed webhook secret")
+  return "v1," .. crypto.base64_encode(crypto.hmac_sha256(key, id .. "." .. timestamp .. "." .. body))
+end
+
+-- Seconds until the next attempt after failed attempt number `attempt` of an
+-- event created at `created` (unix seconds), or nil to give up: base * 2^(n-1)
+-- capped at max, with equal jitter (between half and all of it, so endpoints
+-- that failed together do not all come back together), and never later than
+-- max_age_hours after the event, which gets one last attempt then.
+function M.next_retry_in(attempt, created, now, random)
+  local deadline = created + config.get("webhooks.retry.max_age_hours") * 3600
+  if now >= deadline then return nil end
+  local ceiling = math.min(config.get("webhooks.retry.max_seconds"),
+    config.get("webhooks.retry.base_seconds") * 2 ^ math.max(0, attempt - 1))
+  local wait = ceiling * (0.5 + 0.5 * (random or math.random)())
+  return math.min(wait, deadline - now)
+end
+
+-- Inside the transaction that writes the event, so the job exists exactly
+-- when the event does.
+function M.enqueue(event_id, client_id)
+  local rows = assert(db.query([[SELECT 1 AS yes FROM api_clients WHERE id = $1 AND webhook_url IS NOT NULL
+      AND webhook_disabled_at IS NULL AND revoked_at IS NULL]], client_id))
+  if rows[1] then
+    -- Failed deliveries come back through retry_in, which never buries a
+    -- job; max_attempts only bounds raised errors (a database outage, an
+    -- unreadable secret).
+    assert(jobs.enqueue("deliver_event", { eventId = event_id }, { max_attempts = 1000 }))
+  end
+end
+
+local EVENT_SQL = [[
+  SELECT e.id, e.body, e.client_id, e.company_id, e.environment,
+         extract(epoch FROM e.created_at)::float8 AS created,
+         c.webhook_url, c.webhook_secret_enc, c.webhook_disabled_at, c.revoked_at
+    FROM events e JOIN api_clients c ON c.id = e.client_id
+   WHERE e.id = $1]]
+
+local function record(ev, attempt, r)
+  db.transaction(function()
+    assert(db.exec([[INSERT INTO webhook_deliveries (event_id, client_id, company_id, environment, attempt, url,
+        outcome, status_code, error, duration_ms, next_retry_at)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now() + make_interval(secs => $11))]],
+      ev.id, ev.client_id, ev.company_id, ev.environment, attempt, ev.webhook_url,
+      r.outcome, r.status_code, r.error, r.duration_ms, r.retry_in))
+    if r.outcome == "gone" then
+      -- Only the URL that answered 410: one set since then stays on.
+      assert(db.exec([[UPDATE api_clients SET webhook_disabled_at = now()
+          WHERE id = $1 AND webhook_url = $2 AND webhook_disabled_at IS NULL]], ev.client_id, ev.webhook_url))
+    end
+  end)
+end
+
+-- One delivery attempt of an event. Returns nothing when done (delivered,
+-- gone, given up, or nowhere to send it) or {retry_in = seconds}.
+function M.deliver(event_id, attempt)
+  local ev = assert(db.query(EVENT_SQL, event_id))[1]
+  if not ev then return end
+  local fields = { eventId = event_id, clientId = ev.client_id, attempt = attempt }
+  local skip = (not ev.webhook_url and "no webhook URL") or (ev.webhook_disabled_at and "endpoint disabled")
+    or (ev.revoked_at and "client revoked")
+  if skip then
+    fields.reason = skip
+    log.info("webhook_event_dropped", fields)
+    return
+  end
+  -- A secret that cannot be read is an operator's problem (wrong
+  -- crypto.encryption_key): raise, so the job is tried again later.
+  local secret = assert(secrets.open(ev.webhook_secret_enc))
+  local timestamp = tostring(math.floor(clock.now()))
+  local started = clock.mono_ms()
+  local res, err = http.request({
+    method = "POST",
+    url = ev.webhook_url,
+    body = ev.body,
+    timeout = M.TIMEOUT_SECONDS,
+    headers = {
+      ["Content-Type"] = "application/json",
+      ["webhook-id"] = ev.id,
+      ["webhook-timestamp"] = timestamp,
+      ["webhook-signature"] = M.signature(secret, ev.id, timestamp, ev.body),
+    },
+    -- The host checks the address it actually connects to, every attempt: a
+    -- name that was public at registration may point inside now (DNS rebinding).
+    deny_private_addresses = not config.get("webhooks.allow_private_targets"),
+  })
+  local r = { status_code = res and res.status, error = err and err:sub(1, 500),
+    duration_ms = math.floor(clock.mono_ms() - started) }
+  if res and res.status >= 200 and res.status <= 299 then
+    r.outcome = "delivered"
+  elseif res and res.status == 410 then
+    r.outcome = "gone"
+  else
+    r.retry_in = M.next_retry_in(attempt, ev.created, clock.now())
+    r.outcome = r.retry_in and "failed" or "gave_up"
+  end
+  record(ev, attempt, r)
+  metrics.inc("sgw_webhook_deliveries_total", { outcome = r.outcome })
+
+  fields.url, fields.status, fields.error, fields.durationMs = ev.webhook_url, r.status_code, r.error, r.duration_ms
+  if r.outcome == "delivered" then
+    log.debug("webhook_delivered", fields)
+  elseif r.outcome == "gone" then
+    log.warn("webhook_endpoint_disabled", fields)
+  elseif r.outcome == "gave_up" then
+    log.error("webhook_delivery_abandoned", fields)
+  else
+    fields.retryIn = r.retry_in
+    log.warn("webhook_delivery_failed", fields)
+    return { retry_in = r.retry_in }
+  end
+end
+
+-- Sets (url) or removes (nil) a client's endpoint. A new URL gets a new
+-- secret, so a receiver that knew the old one cannot be impersonated by
+-- whoever had it, and turns a disabled endpoint back on. Returns
+-- {clientId, webhookUrl, webhookSecret} (the secret shown once) or nil, err.
+function M.set_endpoint(client_id, url)
+  local secret, enc, err
+  if url then
+    secret = credentials.new_webhook_secret()
+    -- Sealed as credentials.create_client seals it (no associated data).
+    enc, err = secrets.seal(secret)
+    if not enc then return nil, err end
+  end
+  local rows = assert(db.query([[UPDATE api_clients SET webhook_url = $2, webhook_secret_enc = $3,
+      webhook_disabled_at = NULL WHERE id = $1 AND revoked_at IS NULL RETURNING id]], client_id, url, enc))
+  if not rows[1] then return nil, "no active client " .. client_id end
+  return { clientId = client_id, webhookUrl = url, webhookSecret = secret }
+end
+
+return M
