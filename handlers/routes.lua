@@ -35,6 +35,36 @@ local routes = {
     scope = "sandbox:write", sandbox_only = true, idempotency = "optional" },
 }
 
+-- Web workspace (/workspace): people, not API clients. The pages check their
+-- own session cookie and CSRF token (lib/workspace/), take HTML forms, and
+-- have a per-address limit of their own. /clients/new before /clients/{id}.
+for _, r in ipairs {
+  { "GET", "/workspace", "workspace/home" },
+  { "GET", "/workspace/static/{file}", "workspace/static" },
+  { "GET", "/workspace/signup", "workspace/signup" },
+  { "POST", "/workspace/signup", "workspace/signup" },
+  { "GET", "/workspace/login", "workspace/login" },
+  { "POST", "/workspace/login", "workspace/login" },
+  { "POST", "/workspace/logout", "workspace/logout" },
+  { "GET", "/workspace/connections", "workspace/connections" },
+  { "POST", "/workspace/connections/test-pages", "workspace/test_pages" },
+  { "GET", "/workspace/connections/{accountId}/disconnect", "workspace/disconnect" },
+  { "POST", "/workspace/connections/{accountId}/disconnect", "workspace/disconnect" },
+  { "GET", "/workspace/facebook/connect", "workspace/facebook_connect" },
+  { "GET", "/workspace/facebook/callback", "workspace/facebook_callback" },
+  { "POST", "/workspace/facebook/pick", "workspace/facebook_pick" },
+  { "GET", "/workspace/clients", "workspace/clients" },
+  { "POST", "/workspace/clients", "workspace/clients" },
+  { "GET", "/workspace/clients/new", "workspace/client_new" },
+  { "GET", "/workspace/clients/{clientId}", "workspace/client" },
+  { "POST", "/workspace/clients/{clientId}/rotate", "workspace/client_rotate" },
+  { "GET", "/workspace/clients/{clientId}/revoke", "workspace/client_revoke" },
+  { "POST", "/workspace/clients/{clientId}/revoke", "workspace/client_revoke" },
+} do
+  routes[#routes + 1] = { method = r[1], path = r[2], handler = r[3], auth = false, raw_body = r[1] == "POST",
+    max_body = 65536, rate_limit = "workspace.rate_limit_per_minute" }
+end
+
 -- Benchmark-only routes (bench/); off unless bench.enabled.
 if config.get("bench.enabled") then
   routes[#routes + 1] = { method = "POST", path = "/bench/echo", handler = "bench/echo", auth = false, rate_limit = false }

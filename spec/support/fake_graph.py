@@ -1612,6 +1612,9 @@ class Server(ThreadingHTTPServer):
     request_queue_size = 128
 
 
+import fake_graph_oauth; fake_graph_oauth.install(sys.modules[__name__])  # noqa: E402,E702 Facebook Login: dialog, tokens, /me
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description="A fake of Meta's Graph API for sgw's specs.")
     ap.add_argument("--port", type=int, required=True, help="0 picks a free port")

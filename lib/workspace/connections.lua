@@ -1,0 +1,65 @@
+-- Connected accounts as the workspace shows them: per environment, active
+-- and disconnected, always within the signed-in person's company.
+local web = require "workspace.web"
+local facebook = require "workspace.facebook"
+
+local M = {}
+
+local PLATFORMS = { facebook = "Facebook Page", instagram = "Instagram" }
+
+local COLUMNS = "id, platform, name, username, environment, status, "
+  .. web.when("connected_at", "connected_at") .. ", " .. web.when("disconnected_at", "disconnected_at")
+
+local function present(row)
+  row.platform_label = PLATFORMS[row.platform]
+  row.active = row.status == "active"
+  -- Instagram accounts are named by their username: no need to say it twice.
+  row.handle = row.username ~= row.name and row.username or nil
+  return row
+end
+
+function M.list(company_id, environment)
+  local rows = web.rows("SELECT " .. COLUMNS .. [[ FROM social_accounts
+      WHERE company_id = $1 AND environment = $2
+      ORDER BY status = 'active' DESC, connected_at DESC, id]], company_id, environment)
+  for _, row in ipairs(rows) do present(row) end
+  return rows
+end
+
+-- One account of the company, or nil (another company's is as absent).
+function M.get(company_id, id)
+  if type(id) ~= "string" or #id > 64 then return nil end
+  local rows = web.rows("SELECT " .. COLUMNS .. " FROM social_accounts WHERE id = $1 AND company_id = $2",
+    id, company_id)
+  return rows[1] and present(rows[1])
+end
+
+-- The publisher fails targets of an account that is not active
+-- (account_disconnected); posts and their history stay.
+function M.disconnect(company_id, id)
+  assert(db.exec([[UPDATE social_accounts SET status = 'disconnected', disconnected_at = now()
+      WHERE id = $1 AND company_id = $2 AND status = 'active']], id, company_id))
+end
+
+function M.environment(value)
+  return (value == "test" or value == "live") and value or nil
+end
+
+-- The Connections page of one environment; extra: error, page_name,
+-- instagram_selected (the "Add test page" form again after a mistake).
+function M.render(w, environment, extra, status)
+  local accounts = M.list(w.session.company_id, environment)
+  local data = extra or {}
+  data.title, data.section = "Connections", "connections"
+  data.live, data.sandbox = environment == "live", environment == "test"
+  data.env_label = web.ENVIRONMENTS[environment]
+  data.accounts, data.has_accounts = accounts, #accounts > 0
+  data.facebook_ready = facebook.configured()
+  data.tabs = {
+    { env = "live", label = "Live", href = "/workspace/connections?env=live", current = environment == "live" },
+    { env = "test", label = "Sandbox", href = "/workspace/connections?env=test", current = environment == "test" },
+  }
+  return w:render("connections", data, status)
+end
+
+return M

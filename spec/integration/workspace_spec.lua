@@ -1,0 +1,655 @@
+-- The web workspace (/workspace) in a real browser: headless Chromium
+-- driven through WebDriver (spec/support/webdriver.lua) against the real
+-- stack and the fake Graph API. Sign-up and sign-in, Connections (test
+-- pages, Connect with Facebook through the fake dialog, disconnect), API
+-- clients (create, the secrets shown once and working against the API,
+-- rotate, revoke, deliveries), tenancy, CSRF, sign-out, sign-in limits, and
+-- `sgw user create`. Screenshots of every screen, desktop and phone width,
+-- go to <build>/test-artifacts/workspace/.
+local stack = require "stack"
+local fixture_root = require "fixture_root"
+local fake_graph = require "fake_graph"
+local webdriver = require "webdriver"
+local cjson = require "cjson.safe"
+
+local ENCRYPTION_KEY = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
+local APP_ID, APP_SECRET = "100000000000123", "fake-app-secret" -- the fake's defaults
+local PASSWORD = "correct horse battery"
+
+-- The workspace's routes and configuration keys as handlers/routes.lua and
+-- config/sgw.conf declare them; added to the private root only while the
+-- repository's own files lack them.
+local ROUTES = [[
+-- Web workspace (/workspace): people, not API clients. The pages check their
+-- own session cookie and CSRF token (lib/workspace/), take HTML forms, and
+-- have a per-address limit of their own.
+for _, r in ipairs {
+  { "GET", "/workspace", "workspace/home" },
+  { "GET", "/workspace/static/{file}", "workspace/static" },
+  { "GET", "/workspace/signup", "workspace/signup" },
+  { "POST", "/workspace/signup", "workspace/signup" },
+  { "GET", "/workspace/login", "workspace/login" },
+  { "POST", "/workspace/login", "workspace/login" },
+  { "POST", "/workspace/logout", "workspace/logout" },
+  { "GET", "/workspace/connections", "workspace/connections" },
+  { "POST", "/workspace/connections/test-pages", "workspace/test_pages" },
+  { "GET", "/workspace/connections/{accountId}/disconnect", "workspace/disconnect" },
+  { "POST", "/workspace/connections/{accountId}/disconnect", "workspace/disconnect" },
+  { "GET", "/workspace/facebook/connect", "workspace/facebook_connect" },
+  { "GET", "/workspace/facebook/callback", "workspace/facebook_callback" },
+  { "POST", "/workspace/facebook/pick", "workspace/facebook_pick" },
+  { "GET", "/workspace/clients", "workspace/clients" },
+  { "POST", "/workspace/clients", "workspace/clients" },
+  { "GET", "/workspace/clients/new", "workspace/client_new" },
+  { "GET", "/workspace/clients/{clientId}", "workspace/client" },
+  { "POST", "/workspace/clients/{clientId}/rotate", "workspace/client_rotate" },
+  { "GET", "/workspace/clients/{clientId}/revoke", "workspace/client_revoke" },
+  { "POST", "/workspace/clients/{clientId}/revoke", "workspace/client_revoke" },
+} do
+  routes[#routes + 1] = { method = r[1], path = r[2], handler = r[3], auth = false, raw_body = r[1] == "POST",
+    max_body = 65536, rate_limit = "workspace.rate_limit_per_minute" }
+end
+]]
+
+local CONFIG = [[
+
+# --- Web workspace (/workspace) ----------------------------------------------------
+# Requests per minute per address to the workspace's pages (people click; scripts hammer).
+workspace.rate_limit_per_minute = 300
+# How long a sign-in lasts (hours; fractions allowed).
+workspace.session_hours = 12
+# Sign-in limits, counted in Redis over windows of window_seconds: failed attempts per
+# email (guessing one person's password), and all attempts per address (trying many emails).
+workspace.login.max_failures_per_email = 5
+workspace.login.max_attempts_per_address = 30
+workspace.login.window_seconds = 900
+]]
+
+-- test only: `sgw user create` as the host runs it, with a console whose
+-- read_secret answers what standard input would.
+local USER_CLI = [[
+return function(req)
+  local args = {}
+  for i, a in ipairs(req.json.argv) do args[i] = a end
+  local console = { read_secret = function() return req.json.stdin end }
+  local code, out, err = require("handlers.cli.user")(args, console)
+  return 200, { code = code, out = out, err = err }
+end
+]]
+
+local function read(path)
+  local f = assert(io.open(path, "rb"))
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+-- A private project root (SGW_ROOT): config, migrations, handlers, lib.
+local function make_root()
+  local root = fixture_root.create("workspace")
+  local repo = stack.repo_root()
+  local code, out = stack.sh("cp -r " .. stack.shell_quote(repo .. "/config") .. " "
+    .. stack.shell_quote(repo .. "/migrations") .. " " .. stack.shell_quote(root) .. "/")
+  assert(code == 0, out)
+  local conf = read(root .. "/config/sgw.conf")
+  if not conf:find("workspace.session_hours", 1, true) then fixture_root.write(root .. "/config/sgw.conf", conf .. CONFIG) end
+  fixture_root.write(root .. "/handlers/test/workspace_user_cli.lua", USER_CLI)
+  local path = root .. "/handlers/routes.lua"
+  local text = read(path)
+  local add = text:find('"workspace/home"', 1, true) and "" or ROUTES
+  add = add .. 'routes[#routes + 1] = { method = "POST", path = "/test/workspace/user-cli", handler = "test/workspace_user_cli", auth = false }\n'
+  local patched, n = text:gsub("\nreturn routes%s*$", function() return "\n" .. add .. "return routes\n" end)
+  assert(n == 1, "handlers/routes.lua no longer ends with 'return routes'")
+  fixture_root.write(path, patched)
+  return root
+end
+
+local function url_encode(s)
+  return (tostring(s):gsub("[^%w%-%._~]", function(c) return string.format("%%%02X", c:byte()) end))
+end
+
+local function form(t)
+  local parts = {}
+  for k, v in pairs(t) do parts[#parts + 1] = url_encode(k) .. "=" .. url_encode(v) end
+  table.sort(parts)
+  return table.concat(parts, "&")
+end
+
+describe("the workspace", function()
+  local sgw, fake, driver, b, root, artifacts
+  local a = {} -- what the first company made: key, client id, account ids
+
+  local function page(path) b:go(sgw.base_url .. path) end
+
+  local function text(css) return b:text(css or "main") end
+
+  -- Saves <name>-desktop.png and <name>-phone.png of the current page.
+  local function shot(name)
+    b:set_size(1280, 900)
+    b:screenshot(artifacts .. "/" .. name .. "-desktop.png", { full = true })
+    b:set_size(390, 844)
+    b:screenshot(artifacts .. "/" .. name .. "-phone.png", { full = true })
+    b:set_size(1280, 900)
+  end
+
+  local function api(key, method, path, opts)
+    opts = opts or {}
+    opts.headers = opts.headers or {}
+    opts.headers["X-Api-Key"] = key
+    return sgw:json(method or "GET", path or "/api/v1/social-accounts", opts)
+  end
+
+  local function cli(argv)
+    local code, out = sgw:command(argv)
+    assert(code == 0, table.concat(argv, " ") .. " failed (" .. code .. "): " .. out)
+    return assert(cjson.decode(out:match("(%b{})%s*$")), out)
+  end
+
+  local function sign_up(company, email, password)
+    page("/workspace/signup")
+    b:type("#company", company)
+    b:type("#email", email)
+    b:type("#password", password or PASSWORD)
+    b:click("#sign-up")
+    b:wait_url("/workspace/connections")
+  end
+
+  local function sign_in(email, password)
+    page("/workspace/login")
+    b:type("#email", email)
+    b:type("#password", password)
+    b:click("#sign-in")
+  end
+
+  -- The session cookie, for requests outside the browser.
+  local function cookie_header()
+    local c = assert(b:cookie("sgw_workspace"), "no session cookie")
+    return "sgw_workspace=" .. c.value
+  end
+
+  local function csrf_of_page()
+    return b:execute("return document.querySelector('input[name=csrf]').value")
+  end
+
+  setup(function()
+    artifacts = stack.build_dir() .. "/test-artifacts/workspace"
+    os.execute("rm -rf " .. stack.shell_quote(artifacts) .. " && mkdir -p " .. stack.shell_quote(artifacts))
+    fake = fake_graph.start()
+    root = make_root()
+    sgw = stack.start_sgw {
+      name = "workspace",
+      env = { SGW_ROOT = root },
+      set = {
+        ["lua.root"] = root,
+        ["crypto.encryption_key"] = ENCRYPTION_KEY,
+        ["meta.graph_base_url"] = fake.graph_url,
+        ["meta.oauth_dialog_url"] = fake.graph_url .. "/dialog/oauth",
+        ["meta.app_id"] = APP_ID,
+        ["meta.app_secret"] = APP_SECRET,
+        ["workspace.rate_limit_per_minute"] = 100000,
+        ["workspace.login.max_failures_per_email"] = 3,
+        ["workspace.login.max_attempts_per_address"] = 40,
+        ["api.rate_limit.anonymous_per_minute"] = 100000,
+      },
+    }
+    driver = webdriver.start()
+    b = driver:session()
+  end)
+
+  teardown(function()
+    webdriver.stop_all()
+    fake_graph.stop_all()
+    stack.cleanup()
+  end)
+
+  it("sends visitors to sign in, and signs a company up", function()
+    page("/workspace/clients")
+    b:wait_url("/workspace/login%?next=/workspace/clients$")
+    shot("login")
+    b:click("a[href='/workspace/signup']")
+    b:wait_for("#company")
+    shot("signup")
+
+    -- The server checks what the browser would: remove the browser's own checks first.
+    b:execute([[document.querySelectorAll('input').forEach(function (i) {
+      i.removeAttribute('required'); i.removeAttribute('minlength'); if (i.type === 'email') i.type = 'text'; });]])
+    b:type("#company", "Acme")
+    b:type("#email", "not-an-email")
+    b:type("#password", "short")
+    b:click("#sign-up")
+    assert.matches("like name@example.com", b:text("#email-error"))
+    assert.matches("at least 12 characters", b:text("#password-error"))
+    assert.are.equal("Acme", b:attribute("#company", "value"))
+    assert.are.equal("", b:execute("return document.getElementById('password').value"))
+    shot("signup-errors")
+
+    sign_up("Acme <Shop>", "owner@acme.test")
+    assert.matches("Acme <Shop>", text(".who"))
+    assert.matches("owner@acme.test", text(".who"))
+    assert.matches("No live accounts yet", text("#empty"))
+    shot("connections-live-empty")
+
+    local hash = stack.psql(sgw.database_url, "SELECT password_hash FROM users WHERE email = 'owner@acme.test'")
+    assert.matches("^%$argon2id%$", hash)
+    a.company = stack.psql(sgw.database_url, "SELECT company_id FROM users WHERE email = 'owner@acme.test'")
+  end)
+
+  it("keeps the session in an HttpOnly, SameSite=Lax cookie, stored hashed", function()
+    local c = b:cookie("sgw_workspace")
+    assert.is_true(c.httpOnly)
+    assert.are.equal("Lax", c.sameSite)
+    assert.are.equal("/workspace", c.path)
+    assert.is_false(c.secure) -- public_base_url is http here
+    assert.are.equal("0", stack.psql(sgw.database_url, "SELECT count(*) FROM workspace_sessions WHERE id = '" .. c.value .. "'"))
+    assert.are.equal("1", stack.psql(sgw.database_url, "SELECT count(*) FROM workspace_sessions WHERE id = encode(sha256('"
+      .. c.value .. "'), 'hex')"))
+    local status, body, headers = sgw:request("GET", "/workspace/connections", { headers = { Cookie = cookie_header() } })
+    assert.are.equal(200, status)
+    assert.matches("^text/html", headers["content-type"])
+    assert.are.equal("no-store", headers["cache-control"])
+    assert.are.equal("DENY", headers["x-frame-options"])
+    assert.matches("frame%-ancestors 'none'", headers["content-security-policy"])
+    assert.matches("Acme &lt;Shop&gt;", body) -- escaped
+  end)
+
+  it("adds a sandbox test page", function()
+    page("/workspace/connections?env=test")
+    assert.matches("No test pages yet", text("#empty"))
+    shot("connections-sandbox-empty")
+    b:type("#page-name", "Test Shop")
+    b:click("#add-test-page-button")
+    b:wait_for("#notice")
+    assert.matches("Test page added", text("#notice"))
+    local row = text("#accounts tbody tr")
+    assert.matches("Test Shop", row)
+    assert.matches("Facebook Page", row)
+    assert.matches("active", row)
+    shot("connections-sandbox")
+  end)
+
+  it("creates a sandbox API client whose secrets, shown once, work against the API", function()
+    page("/workspace/clients")
+    assert.matches("No API clients yet", text("#empty"))
+    shot("clients-empty")
+    b:click("#new-client")
+    b:wait_for("#name")
+    assert.is_true(b:selected("#env-test"))
+    assert.is_true(b:selected("#scope-accounts-read"))
+    assert.is_false(b:selected("#scope-sandbox-write"))
+    shot("client-new")
+
+    -- A mistake first: the form comes back with what was typed.
+    b:execute("document.getElementById('webhook-url').type = 'text'")
+    b:type("#name", "Shop backend")
+    b:type("#webhook-url", "ftp://example.com/hook")
+    b:click("#create-client")
+    assert.matches("must be an absolute http", b:text("#webhook-error"))
+    assert.are.equal("Shop backend", b:attribute("#name", "value"))
+
+    b:type("#webhook-url", "http://127.0.0.1:9/hooks") -- private: refused unless allowed
+    b:click("#create-client")
+    assert.matches("private or loopback", b:text("#webhook-error"))
+    b:type("#webhook-url", "")
+    b:click("#scope-sandbox-write")
+    b:click("#create-client")
+    b:wait_for("#secret-api-key")
+
+    local key = b:text("#secret-api-key")
+    local client_id = b:text("#secret-client-id")
+    local secret = b:text("#secret-client-secret")
+    assert.matches("^sgk_test_%w+$", key)
+    assert.matches("^cli_%w+$", client_id)
+    assert.matches("^sgs_test_%w+$", secret)
+    assert.matches("you will not see them again", text("#shown-once"))
+    b:click("button[data-copy='secret-api-key']")
+    stack.eventually(function() return b:text("button[data-copy='secret-api-key']") == "Copied" end, 5)
+    shot("client-created")
+    a.key, a.client = key, client_id
+
+    -- The key, read off the page, lists the test page.
+    local status, body = api(key)
+    assert.are.equal(200, status)
+    assert.are.equal(1, #body.data)
+    assert.are.equal("Test Shop", body.data[1].name)
+    assert.are.equal("test", body.data[1].environment)
+    a.test_page = body.data[1].id
+    -- So do the OAuth client id and secret.
+    local tstatus, token = sgw:json("POST", "/oauth/token", {
+      headers = { ["Content-Type"] = "application/x-www-form-urlencoded" },
+      body = form({ grant_type = "client_credentials", client_id = client_id, client_secret = secret }) })
+    assert.are.equal(200, tstatus)
+    assert.are.equal("Bearer", token.token_type)
+
+    -- The list shows the prefix only, and that the key was used; never the key again.
+    page("/workspace/clients")
+    local row = text("#clients tbody tr")
+    assert.matches("Shop backend", row)
+    assert.matches("Sandbox", row)
+    assert.matches("sandbox:write", row)
+    assert.matches(key:sub(1, 13), row, 1, true)
+    assert.not_matches("never", row)
+    assert.is_nil(b:source():find(key, 1, true))
+    shot("clients")
+    page("/workspace/clients/" .. client_id)
+    assert.is_nil(b:source():find(key, 1, true))
+    assert.matches("No webhook URL", text("#no-deliveries"))
+    shot("client")
+  end)
+
+  it("rotates the key: both keys work, and the page says until when", function()
+    page("/workspace/clients/" .. a.client)
+    b:click("#rotate-key")
+    b:wait_for("#grace")
+    local new_key = b:text("#secret-api-key")
+    assert.matches("^sgk_test_%w+$", new_key)
+    assert.are_not.equal(a.key, new_key)
+    local expires = stack.psql(sgw.database_url, "SELECT to_char(max(expires_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI') FROM api_keys WHERE client_id = '"
+      .. a.client .. "'")
+    assert.is_truthy(text("#grace"):find("keeps working until " .. expires .. " UTC (24 hours from now)", 1, true))
+    shot("client-rotated")
+    assert.are.equal(200, (api(a.key)))
+    assert.are.equal(200, (api(new_key)))
+    page("/workspace/clients/" .. a.client)
+    assert.matches(new_key:sub(1, 13), b:text("#key-prefix"), 1, true)
+    assert.matches("works until", text("#client-details"))
+    a.old_key, a.key = a.key, new_key
+  end)
+
+  it("revokes a client after asking: its keys get 401 at once", function()
+    page("/workspace/clients/" .. a.client)
+    b:click("#revoke")
+    b:wait_for("#confirm-revoke")
+    assert.matches("stop working at once", text())
+    shot("client-revoke")
+    b:click("#confirm-revoke")
+    b:wait_for("#notice")
+    assert.matches("revoked", text("#notice"))
+    assert.matches("Shop backend", text("#revoked-clients"))
+    shot("clients-after-revoke")
+    assert.are.equal(401, (api(a.key)))
+    assert.are.equal(401, (api(a.old_key)))
+  end)
+
+  it("connects Facebook Pages and their Instagram accounts through the dialog", function()
+    local fb = fake:add_page({ name = "Fake Shop", instagram_business_account = { username = "fakeshop" } })
+    local other = fake:add_page({ name = "Other Page" })
+    page("/workspace/connections?env=live")
+    b:click("#connect-facebook")
+    b:wait_url("^" .. fake.url:gsub("%p", "%%%0") .. "/")
+    b:wait_for("#continue")
+    assert.matches("Fake Shop", b:text("#pages"))
+    shot("facebook-dialog")
+    b:click("#continue")
+    b:wait_for("#connect-selected")
+    assert.matches("/workspace/facebook/callback%?code=", b:url())
+    shot("facebook-pick")
+    assert.is_true(b:selected("#page-" .. fb.id))
+    assert.is_true(b:selected("#ig-" .. fb.instagram_business_account.id))
+    b:click("#page-" .. other.id) -- not this one
+    b:click("#connect-selected")
+    b:wait_for("#notice")
+    assert.matches("connected", text("#notice"))
+    local rows = text("#accounts")
+    assert.matches("Fake Shop", rows)
+    assert.matches("fakeshop", rows)
+    assert.matches("Instagram", rows)
+    assert.not_matches("Other Page", rows)
+    shot("connections-live")
+
+    -- What the fake saw: the app's id and secret, our callback, each code once.
+    local o = fake:control("GET", "oauth")
+    assert.are.equal(sgw.base_url .. "/workspace/facebook/callback", o.dialogs[1].redirect_uri)
+    assert.matches("pages_manage_posts", o.dialogs[1].scope)
+    assert.are.equal(1, o.codes_used)
+    local exchanges = fake:requests({ path = "/oauth/access_token" })
+    assert.are.equal(2, #exchanges)
+    assert.are.equal("fb_exchange_token", exchanges[2].params.grant_type)
+
+    -- Live accounts with the Page's token, encrypted at rest.
+    local rows_db = stack.psql(sgw.database_url, "SELECT platform || ' ' || platform_account_id || ' ' || (access_token_enc IS NOT NULL) "
+      .. "FROM social_accounts WHERE company_id = '" .. a.company .. "' AND environment = 'live' ORDER BY platform")
+    assert.are.equal("facebook " .. fb.id .. " true\ninstagram " .. fb.instagram_business_account.id .. " true", rows_db)
+    local all = stack.psql(sgw.database_url, "SELECT string_agg(access_token_enc, ' ') FROM social_accounts")
+    assert.is_nil(all:find(fb.access_token, 1, true))
+    local live_key = cli({ "client", "create", "--company", a.company, "--environment", "live", "--scopes", "accounts:read" }).apiKey
+    local status, body = api(live_key)
+    assert.are.equal(200, status)
+    assert.are.equal(2, #body.data)
+    a.live_key = live_key
+    for _, acc in ipairs(body.data) do
+      if acc.platform == "instagram" then a.instagram = acc.id end
+    end
+  end)
+
+  it("says so when the dialog is cancelled, and refuses a callback used twice", function()
+    fake:config({ oauth_auto = "deny" })
+    page("/workspace/connections?env=live")
+    b:click("#connect-facebook")
+    b:wait_for("#error")
+    assert.matches("Nothing was connected", text("#error"))
+    assert.matches("Connect with Facebook again", text("#error"))
+    shot("facebook-denied")
+    b:refresh() -- the same callback again
+    b:wait_for("#error")
+    assert.matches("no longer valid", text("#error"))
+
+    -- Facebook refuses the code exchange (e.g. a wrong meta.app_secret).
+    fake:config({ oauth_auto = "approve" })
+    fake:fail({ match = { path = "/oauth/access_token" }, error = { code = 1, message = "Error validating client secret." } })
+    page("/workspace/connections?env=live")
+    b:click("#connect-facebook")
+    b:wait_for("#error")
+    assert.matches("Facebook did not complete the connection", text("#error"))
+    assert.matches("Error validating client secret", text("#error"))
+    assert.matches("/workspace/facebook/callback is a valid OAuth redirect URI", text("#error"))
+    shot("facebook-failed")
+    fake:config({ oauth_auto = "none" })
+  end)
+
+  it("disconnects an account after asking; it leaves the API's list", function()
+    page("/workspace/connections?env=live")
+    b:click("tr[data-account='" .. a.instagram .. "'] a")
+    b:wait_for("#confirm-disconnect")
+    assert.matches("account_disconnected", text())
+    shot("disconnect")
+    b:click("#confirm-disconnect")
+    b:wait_for("#notice")
+    assert.matches("disconnected", text("tr[data-account='" .. a.instagram .. "']"))
+    local _, body = api(a.live_key)
+    assert.are.equal(1, #body.data)
+    assert.are.equal("facebook", body.data[1].platform)
+    shot("connections-live-disconnected")
+  end)
+
+  it("creates a live client with a webhook, and lists its recent deliveries", function()
+    page("/workspace/clients/new")
+    b:type("#name", "Live shop")
+    b:click("#env-live")
+    b:type("#webhook-url", "https://hooks.example.com/sgw")
+    b:click("#create-client")
+    b:wait_for("#secret-webhook")
+    assert.matches("^sgk_live_", b:text("#secret-api-key"))
+    assert.matches("^sgs_live_", b:text("#secret-client-secret"))
+    assert.matches("^whsec_", b:text("#secret-webhook"))
+    local client = b:text("#secret-client-id")
+    b:click("#done")
+    b:wait_for("#no-deliveries")
+    assert.matches("No deliveries yet", text("#no-deliveries"))
+
+    -- Two attempts of one event, as lib/webhooks.lua records them.
+    stack.psql(sgw.database_url, string.format([[
+      INSERT INTO events (id, company_id, environment, client_id, type, data)
+        VALUES ('evt_ws1', '%s', 'live', '%s', 'social.post.published', '{}');
+      INSERT INTO webhook_deliveries (event_id, client_id, company_id, environment, attempt, url, outcome,
+          status_code, error, duration_ms, next_retry_at, created_at)
+        VALUES ('evt_ws1', '%s', '%s', 'live', 1, 'https://hooks.example.com/sgw', 'failed', 503, NULL, 120,
+                now() + interval '5 seconds', now() - interval '1 minute'),
+               ('evt_ws1', '%s', '%s', 'live', 2, 'https://hooks.example.com/sgw', 'delivered', 200, NULL, 85, NULL, now())]],
+      a.company, client, client, a.company, client, a.company))
+    b:refresh()
+    b:wait_for("#deliveries")
+    local rows = b:find_all("#deliveries tbody tr")
+    assert.are.equal(2, #rows)
+    assert.matches("delivered", b:text(rows[1]))
+    assert.matches("HTTP 200", b:text(rows[1]))
+    assert.matches("failed", b:text(rows[2]))
+    assert.matches("HTTP 503", b:text(rows[2]))
+    assert.matches("social.post.published", b:text(rows[2]))
+    shot("client-deliveries")
+  end)
+
+  it("refuses a POST without this session's CSRF token (403)", function()
+    local cookie = cookie_header()
+    page("/workspace/clients/new")
+    local csrf = csrf_of_page()
+    local function post(path, fields)
+      return sgw:request("POST", path, { body = form(fields), headers = {
+        Cookie = cookie, ["Content-Type"] = "application/x-www-form-urlencoded" } })
+    end
+    local fields = { name = "Sneaky", environment = "test", ["scope:posts:read"] = "on" }
+    local status, body = post("/workspace/clients", fields)
+    assert.are.equal(403, status)
+    assert.matches("security token is missing or stale", body)
+    fields.csrf = "x" .. csrf:sub(2)
+    assert.are.equal(403, (post("/workspace/clients", fields)))
+    assert.are.equal(403, (post("/workspace/logout", {})))
+    assert.are.equal(403, (post("/workspace/connections/" .. a.test_page .. "/disconnect", {})))
+    assert.are.equal("0", stack.psql(sgw.database_url, "SELECT count(*) FROM api_clients WHERE name = 'Sneaky'"))
+    assert.are.equal("active", stack.psql(sgw.database_url, "SELECT status FROM social_accounts WHERE id = '" .. a.test_page .. "'"))
+    fields.csrf = csrf
+    assert.are.equal(201, (post("/workspace/clients", fields)))
+
+    -- And in the browser: a form whose token was taken out.
+    page("/workspace/connections?env=test")
+    b:execute("document.querySelector('#add-test-page input[name=csrf]').remove()")
+    b:type("#page-name", "No token")
+    b:click("#add-test-page-button")
+    b:wait_for("#error")
+    assert.matches("The form has expired", text("#error"))
+    shot("csrf-refused")
+  end)
+
+  it("signs out: the session ends on the server too", function()
+    page("/workspace/connections")
+    local old = cookie_header()
+    b:click("#sign-out")
+    b:wait_url("/workspace/login")
+    assert.matches("signed out", text("#notice"))
+    page("/workspace/clients")
+    b:wait_url("/workspace/login%?next=")
+    local status, _, headers = sgw:request("GET", "/workspace/clients", { headers = { Cookie = old } })
+    assert.are.equal(303, status)
+    assert.matches("^/workspace/login", headers["location"])
+  end)
+
+  it("shows a second company nothing of the first, even at direct URLs (404)", function()
+    sign_up("Beta", "boss@beta.test")
+    assert.matches("No live accounts yet", text("#empty"))
+    page("/workspace/connections?env=test")
+    assert.matches("No test pages yet", text("#empty"))
+    page("/workspace/clients")
+    assert.matches("No API clients yet", text("#empty"))
+    for _, path in ipairs({ "/workspace/clients/" .. a.client, "/workspace/clients/" .. a.client .. "/revoke",
+      "/workspace/connections/" .. a.test_page .. "/disconnect" }) do
+      local status, body = sgw:request("GET", path, { headers = { Cookie = cookie_header() } })
+      assert.are.equal(404, status, path)
+      assert.matches("belongs to another company", body)
+    end
+    page("/workspace/clients/" .. a.client)
+    assert.matches("Not found", text("#error"))
+    shot("not-found")
+    -- POSTs with a valid token of this session are refused as well.
+    page("/workspace/clients")
+    local csrf = csrf_of_page()
+    for _, path in ipairs({ "/workspace/connections/" .. a.test_page .. "/disconnect" }) do
+      local status = sgw:request("POST", path, { body = "csrf=" .. csrf, headers = {
+        Cookie = cookie_header(), ["Content-Type"] = "application/x-www-form-urlencoded" } })
+      assert.are.equal(404, status, path)
+    end
+    assert.are.equal("active", stack.psql(sgw.database_url, "SELECT status FROM social_accounts WHERE id = '" .. a.test_page .. "'"))
+    b:click("#sign-out")
+    b:wait_url("/workspace/login")
+  end)
+
+  it("signs in with a generic refusal, and limits attempts per email", function()
+    sign_in("owner@acme.test", "wrong password here")
+    assert.are.equal("The email or password is wrong.", b:text("#form-error"))
+    sign_in("nobody@acme.test", PASSWORD)
+    assert.are.equal("The email or password is wrong.", b:text("#form-error"))
+    shot("login-wrong")
+    sign_in("owner@acme.test", PASSWORD)
+    b:wait_url("/workspace/connections")
+    b:click("#sign-out")
+    b:wait_url("/workspace/login")
+
+    for _ = 1, 3 do
+      sign_in("owner@acme.test", "wrong password again")
+      assert.matches("wrong", b:text("#form-error"))
+    end
+    sign_in("owner@acme.test", PASSWORD) -- right, but the email is locked for now
+    assert.matches("Too many sign%-in attempts", b:text("#form-error"))
+    shot("login-limited")
+    sign_in("boss@beta.test", PASSWORD) -- another email is not
+    b:wait_url("/workspace/connections")
+    b:click("#sign-out")
+    b:wait_url("/workspace/login")
+  end)
+
+  it("creates users from the operator command, the password read from standard input", function()
+    local function run(argv, stdin)
+      local status, body = sgw:json("POST", "/test/workspace/user-cli", { body = { argv = argv, stdin = stdin } })
+      assert.are.equal(200, status)
+      return body
+    end
+    local ok = run({ "create", "--company", a.company, "--email", "Second@Acme.test" }, "another long password")
+    assert.are.equal(0, ok.code)
+    assert.matches('^{"userId":"usr_%w+"}$', ok.out)
+    assert.are.equal(2, run({ "create", "--company", a.company, "--email", "x@acme.test" }, "short").code)
+    assert.are.equal(2, run({ "create", "--company", a.company, "--email", "nope" }, "another long password").code)
+    assert.are.equal(2, run({ "create", "--company", a.company, "--email", "y@acme.test" }).code)
+    assert.are.equal(1, run({ "create", "--company", "cmp_nope", "--email", "z@acme.test" }, "another long password").code)
+    local dup = run({ "create", "--company", a.company, "--email", "second@acme.test" }, "another long password")
+    assert.are.equal(2, dup.code)
+    assert.matches("already exists", dup.err)
+
+    -- The command itself, the password piped in.
+    local code, out = stack.sh("printf '%s\\n' 'third long password' | SGW_ROOT=" .. stack.shell_quote(root) .. " "
+      .. stack.shell_quote(sgw.binary) .. " user create --company " .. a.company .. " --email third@acme.test "
+      .. table.concat((function()
+        local t = {}
+        for i, v in ipairs(sgw.args) do t[i] = stack.shell_quote(v) end
+        return t
+      end)(), " "))
+    assert.are.equal(0, code, out)
+    assert.matches('"userId":"usr_', out)
+    assert.is_nil(out:find("third long password", 1, true), "the password is not echoed")
+  end)
+
+  it("limits sign-in attempts per address", function()
+    local limited
+    for i = 1, 45 do
+      local status, body = sgw:request("POST", "/workspace/login", {
+        body = "email=" .. url_encode("guess" .. i .. "@x.test") .. "&password=whatever-long-enough&csrf=",
+        headers = { ["Content-Type"] = "application/x-www-form-urlencoded" } })
+      if status == 429 then
+        limited = body
+        break
+      end
+      assert.are.equal(403, status) -- no cookie, no token: refused before counting
+    end
+    assert.is_nil(limited) -- forms without a token never reach the password check
+
+    page("/workspace/login")
+    local seen
+    for i = 1, 45 do
+      sign_in("guess" .. i .. "@x.test", "whatever long enough")
+      local msg = b:text("#form-error")
+      if msg:find("Too many", 1, true) then
+        seen = i
+        break
+      end
+    end
+    assert.is_truthy(seen, "never limited")
+    assert.is_true(seen <= 41)
+  end)
+end)
