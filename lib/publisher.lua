@@ -3,21 +3,11 @@
 -- platform outside any transaction, record the outcome, settle the post.
 local json = require "json"
 local posts = require "posts"
-local accounts = require "accounts"
+local adapters = require "platforms.adapters"
 local retry = require "retry"
 local graph_errors = require "platforms.graph_errors"
 
 local M = {}
-
-local adapters = {
-  facebook = "platforms.facebook",
-  instagram = "platforms.instagram",
-}
-
-local function adapter_for(account)
-  if account.environment == "test" then return require "platforms.sandbox" end
-  return require(adapters[account.platform])
-end
 
 local LOAD_SQL = [[
   SELECT t.id, t.post_id, t.status, t.attempts, t.run_attempts, t.adapter_state,
@@ -66,8 +56,8 @@ local function begin(target_id)
 end
 
 local function context(row)
-  local token, err = accounts.decrypt_token(row)
-  if row.environment == "live" and not token then return nil, err end
+  local account, err = adapters.account(row)
+  if not account then return nil, err end
   local image
   if row.image then
     image = { mime_type = row.image.mime_type, url = row.image.url }
@@ -75,8 +65,7 @@ local function context(row)
   end
   local state = row.adapter_state or {}
   return {
-    account = { id = row.account_id, platform = row.platform, platform_account_id = row.platform_account_id,
-      access_token = token, environment = row.environment, company_id = row.company_id },
+    account = account,
     post = { id = row.post_id, content = row.content, image = image },
     target = { id = row.id, attempts = row.attempts, attempt_started_at = row.attempt_started_at, adapter_state = state },
     save_state = function(tbl)
@@ -132,7 +121,7 @@ function M.run(target_id)
     record(row, { status = "error", error = { code = "token_expired", message = err } })
     return nil
   end
-  local adapter = adapter_for(ctx.account)
+  local adapter = adapters.for_account(ctx.account)
   if resolve then
     local found, rerr = adapter.resolve(ctx)
     if not found then
