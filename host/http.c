@@ -1,12 +1,15 @@
 /*
  * http.c — the public listener: libmicrohttpd with its epoll thread pool.
  *
- * The socket threads only parse, bound and collect requests: they match the
- * route (to learn its body limit before reading a byte of body), read the
- * body up to that limit, then suspend the connection and hand the request to
- * a Lua worker. The worker fills in the response and resumes the connection.
- * Errors decided here (404, 405, 413, 431) still go through a worker, so
- * they carry the same headers as every other answer.
+ * The socket threads parse, bound and collect requests: they match the route
+ * (to learn its body limit before reading a byte of body) and read the body
+ * up to that limit. A complete request then runs on the socket thread itself,
+ * in an idle worker's Lua state (worker.c), and its answer is queued at once.
+ * A request that has to wait on I/O migrates to its worker's thread: the
+ * connection is suspended and resumed when the worker has the answer. So do
+ * requests that find no idle worker, which wait in the workers' queue.
+ * Errors decided here (404, 405, 413, 431) go through Lua like any request,
+ * so they carry the same headers as every other answer.
  */
 #include "sgw.h"
 
@@ -28,6 +31,7 @@
 static struct MHD_Daemon *daemon_handle;
 static atomic_int         inflight;
 static size_t             max_header_bytes;
+static size_t             max_body_bytes;   /* http.max_body_bytes: routes without their own */
 static int                log_requests;
 
 int http_inflight(void) { return atomic_load(&inflight); }
@@ -133,7 +137,22 @@ static enum MHD_Result collect_value(void *cls, enum MHD_ValueKind kind, const c
     return MHD_YES;
 }
 
-static void dispatch_now(struct MHD_Connection *conn, sgw_request *req) {
+/* The MHD response for a request Lua answered; NULL when out of memory. */
+static struct MHD_Response *make_response(sgw_request *req) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(req->resp_len, req->resp_body, MHD_RESPMEM_MUST_FREE);
+    if (!r) return NULL;
+    req->resp_body = NULL;
+    for (int i = 0; i < req->nresp_headers; i++)
+        MHD_add_response_header(r, req->resp_headers[i].name, req->resp_headers[i].value);
+    MHD_add_response_header(r, "X-Request-Id", req->id);
+    if (req->early_status == 431 || (req->early_status == 413 && !req->body_too_large))
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    return r;
+}
+
+/* Runs the complete request. The request counts as in flight from here
+ * until on_completed, whichever thread answers it. */
+static enum MHD_Result dispatch_now(struct MHD_Connection *conn, sgw_request *req) {
     if (!req->early_status || req->early_status == 404 || req->early_status == 405) {
         collect_ctx q = { 0 };
         MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, collect_value, &q);
@@ -141,8 +160,20 @@ static void dispatch_now(struct MHD_Connection *conn, sgw_request *req) {
         req->nquery = q.n;
     }
     atomic_fetch_add(&inflight, 1);
+    int how = workers_run_inline(req);
+    if (how == WORKERS_DONE) {
+        /* Answered on this thread: no suspend, no resume, no wake-up. */
+        struct MHD_Response *r = make_response(req);
+        if (!r) return MHD_NO;
+        enum MHD_Result rc = MHD_queue_response(conn, (unsigned int)req->status, r);
+        MHD_destroy_response(r);
+        return rc;
+    }
+    /* Suspended before another thread may resume it. */
     MHD_suspend_connection(conn);
-    workers_enqueue(req);
+    if (how == WORKERS_MIGRATE) workers_migrate(req);
+    else workers_enqueue(req);
+    return MHD_YES;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
@@ -158,7 +189,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         req->conn = conn;
         req->start_ms = clock_mono_ms();
         memcpy(req->id, "req_", 4);
-        crypto_random_base62(req->id + 4, 24);
+        crypto_random_id(req->id + 4, 24);
         req->method = strdup(method);
         req->path = strdup(url);
         req->match.route = -1;
@@ -176,7 +207,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         req->headers = h.v;
         req->nheaders = h.n;
 
-        req->max_body = (size_t)config_int("http.max_body_bytes");
+        req->max_body = max_body_bytes;
         sgw_gen *g = luart_current_cached();
         if (g) {
             routes_match(&g->routes, method, url, &req->match);
@@ -202,7 +233,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
              * connection closed. */
             if (declared - req->max_body <= EARLY_DRAIN_LIMIT) req->body_too_large = 1;
         }
-        if (req->early_status == 431 || (req->early_status == 413 && !req->body_too_large)) dispatch_now(conn, req);
+        if (req->early_status == 431 || (req->early_status == 413 && !req->body_too_large)) return dispatch_now(conn, req);
         return MHD_YES;
     }
     if (req->response) {
@@ -211,6 +242,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         req->response = NULL;
         return r;
     }
+    /* Resumed with an answer that could not be built (out of memory):
+     * close rather than run the request a second time. */
+    if (req->status) return MHD_NO;
     if (*upload_data_size) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;
@@ -243,22 +277,56 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     if (req->body_too_large) req->body_len = 0;
-    dispatch_now(conn, req);
-    return MHD_YES;
+    return dispatch_now(conn, req);
 }
 
 void http_complete(sgw_request *req) {
-    struct MHD_Response *r = MHD_create_response_from_buffer(req->resp_len, req->resp_body, MHD_RESPMEM_MUST_FREE);
-    if (r) {
-        req->resp_body = NULL;
-        for (int i = 0; i < req->nresp_headers; i++)
-            MHD_add_response_header(r, req->resp_headers[i].name, req->resp_headers[i].value);
-        MHD_add_response_header(r, "X-Request-Id", req->id);
-        if (req->early_status == 431 || (req->early_status == 413 && !req->body_too_large))
-            MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
-    }
-    req->response = r;
+    req->response = make_response(req);
     MHD_resume_connection(req->conn);
+}
+
+/* Appends n bytes of s when they fit; returns the new length, or cap. */
+static size_t put(char *buf, size_t len, size_t cap, const char *s, size_t n) {
+    if (len >= cap || n > cap - len) return cap;
+    memcpy(buf + len, s, n);
+    return len + n;
+}
+
+#define PUT_LIT(buf, len, cap, lit) put(buf, len, cap, lit, sizeof lit - 1)
+
+static size_t put_uint(char *buf, size_t len, size_t cap, unsigned long long v) {
+    char tmp[24];
+    size_t i = sizeof tmp;
+    do {
+        tmp[--i] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    return put(buf, len, cap, tmp + i, sizeof tmp - i);
+}
+
+/* The request log line, built without printf: it is written for every
+ * request, and formatting was a visible part of a request's cost. */
+static void log_request(const sgw_request *req, const char *route, uint64_t ms) {
+    char line[2048];
+    const size_t cap = sizeof line - 1;     /* room for the closing brace */
+    size_t n = log_begin(line, sizeof line);
+    n = PUT_LIT(line, n, cap, ",\"level\":\"info\",\"event\":\"request\",\"requestId\":\"");
+    n = put(line, n, cap, req->id, strlen(req->id));
+    n = PUT_LIT(line, n, cap, "\",\"method\":");
+    n = json_escape(line, n, cap, req->method, strlen(req->method));
+    n = PUT_LIT(line, n, cap, ",\"route\":");
+    n = json_escape(line, n, cap, route, strlen(route));
+    n = PUT_LIT(line, n, cap, ",\"status\":");
+    n = put_uint(line, n, cap, (unsigned long long)req->status);
+    /* The clock counts whole milliseconds: the tenth is always 0. */
+    n = PUT_LIT(line, n, cap, ",\"durationMs\":");
+    n = put_uint(line, n, cap, (unsigned long long)ms);
+    n = PUT_LIT(line, n, cap, ".0,\"client\":");
+    if (req->client_id) n = json_escape(line, n, cap, req->client_id, strlen(req->client_id));
+    else n = PUT_LIT(line, n, cap, "null");
+    if (n >= cap) return;                   /* does not fit: not worth a torn line */
+    line[n++] = '}';
+    log_line(line, n);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe) {
@@ -268,28 +336,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     sgw_request *req = *con_cls;
     if (!req) return;
     *con_cls = NULL;
-    double secs = (double)(clock_mono_ms() - req->start_ms) / 1000.0;
+    uint64_t ms = clock_mono_ms() - req->start_ms;
     const char *route = req->route_pattern ? req->route_pattern : "unmatched";
     if (req->status) {
-        metrics_request(route, req->method, req->status, secs);
-        if (log_requests) {
-            char line[2048];
-            size_t n = log_begin(line, sizeof line);
-            n += (size_t)snprintf(line + n, sizeof line - n, ",\"level\":\"info\",\"event\":\"request\",\"requestId\":\"%s\",\"method\":", req->id);
-            n = json_escape(line, n, sizeof line, req->method, strlen(req->method));
-            n += (size_t)snprintf(line + n, n < sizeof line ? sizeof line - n : 0, ",\"route\":");
-            if (n < sizeof line) n = json_escape(line, n, sizeof line, route, strlen(route));
-            if (n < sizeof line)
-                n += (size_t)snprintf(line + n, sizeof line - n, ",\"status\":%d,\"durationMs\":%.1f,\"client\":", req->status, secs * 1000.0);
-            if (n < sizeof line) {
-                if (req->client_id) n = json_escape(line, n, sizeof line, req->client_id, strlen(req->client_id));
-                else n += (size_t)snprintf(line + n, sizeof line - n, "null");
-            }
-            if (n < sizeof line - 1) {
-                line[n++] = '}';
-                log_line(line, n);
-            }
-        }
+        metrics_request(route, req->method, req->status, (double)ms / 1000.0);
+        if (log_requests) log_request(req, route, ms);
         atomic_fetch_sub(&inflight, 1);
     }
     request_free(req);
@@ -313,6 +364,7 @@ int http_start(void) {
         return -1;
     }
     max_header_bytes = (size_t)config_int("http.max_header_bytes");
+    max_body_bytes = (size_t)config_int("http.max_body_bytes");
     log_requests = config_bool("log.requests");
     unsigned int threads = (unsigned int)config_int("http.threads");
     if (threads == 0) {

@@ -29,6 +29,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
 
 /* pg.c: http.request must not hold a database transaction open across a
@@ -62,6 +63,7 @@ struct xfer {
     size_t             hlen, hcap;
     size_t             limit;      /* http.max_response_bytes, body + headers */
     int                too_large;
+    int                denied;     /* deny_private_addresses refused the peer */
     CURLcode           rc;
     long               status;
     lua_State         *co;         /* the waiting coroutine */
@@ -222,6 +224,7 @@ typedef struct req_opts {
     int         user_expect; /* the caller set Expect itself */
     long        timeout_ms;
     long        connect_timeout_ms;
+    int         deny_private; /* deny_private_addresses */
 } req_opts;
 
 static int valid_token(const char *s, size_t n) {
@@ -323,11 +326,51 @@ static void read_opts(lua_State *L, req_opts *o) {
     double dflt = config_has("meta.request_timeout_seconds") ? config_num("meta.request_timeout_seconds") : 30.0;
     o->timeout_ms = seconds_opt(L, 1, "timeout", dflt);
     o->connect_timeout_ms = seconds_opt(L, 1, "connect_timeout", 5.0);
+
+    lua_getfield(L, 1, "deny_private_addresses");
+    if (!lua_isnil(L, -1) && !lua_isboolean(L, -1))
+        luaL_error(L, "http.request: 'deny_private_addresses' must be a boolean");
+    o->deny_private = lua_toboolean(L, -1);
+    lua_pop(L, 1);
 }
 
 static size_t max_response(void) {
     long long n = config_int("http.max_response_bytes");
     return n > 0 ? (size_t)n : DEFAULT_MAX_RESPONSE;
+}
+
+/* deny_private_addresses: curl has resolved the name and connected when it
+ * calls this, so the address checked is the one the request would go to,
+ * whatever the name resolved to when it was registered (DNS rebinding).
+ * Refused: loopback, private, link-local, CGNAT and "this network" ranges,
+ * in IPv4, IPv6 and IPv4-mapped IPv6; an address that does not parse too. */
+static int private_v4(const unsigned char *a) {
+    return a[0] == 0 || a[0] == 10 || a[0] == 127 || (a[0] == 169 && a[1] == 254) ||
+           (a[0] == 172 && (a[1] & 0xf0) == 16) || (a[0] == 192 && a[1] == 168) ||
+           (a[0] == 100 && (a[1] & 0xc0) == 64);
+}
+
+static int private_address(const char *ip) {
+    static const unsigned char mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+    static const unsigned char zero[15] = { 0 };
+    unsigned char a[16];
+    if (inet_pton(AF_INET, ip, a) == 1) return private_v4(a);
+    if (inet_pton(AF_INET6, ip, a) != 1) return 1;
+    if (memcmp(a, mapped, 12) == 0) return private_v4(a + 12);
+    return (memcmp(a, zero, 15) == 0 && a[15] <= 1) /* :: and ::1 */
+        || (a[0] & 0xfe) == 0xfc                      /* fc00::/7 */
+        || (a[0] == 0xfe && (a[1] & 0xc0) == 0x80);   /* fe80::/10 */
+}
+
+/* Runs once the connection is up (new or reused), before anything is sent. */
+static int on_prereq(void *ud, char *primary_ip, char *local_ip, int primary_port, int local_port) {
+    (void)local_ip;
+    (void)primary_port;
+    (void)local_port;
+    xfer *x = ud;
+    if (!private_address(primary_ip)) return CURL_PREREQFUNC_OK;
+    x->denied = 1;
+    return CURL_PREREQFUNC_ABORT;
 }
 
 /* Configures e for the request; no Lua calls, so nothing here can throw.
@@ -369,6 +412,10 @@ static int xfer_setup(xfer *x, CURL *e, const req_opts *o) {
     SET(CURLOPT_USERAGENT, "sgw/" SGW_VERSION);
     SET(CURLOPT_ACCEPT_ENCODING, "");
     SET(CURLOPT_PRIVATE, x);
+    if (o->deny_private) {
+        SET(CURLOPT_PREREQFUNCTION, on_prereq);
+        SET(CURLOPT_PREREQDATA, x);
+    }
     if (strcmp(o->method, "HEAD") == 0) {
         SET(CURLOPT_NOBODY, 1L);
     } else if (o->has_body || strcmp(o->method, "POST") == 0) {
@@ -391,6 +438,7 @@ static int xfer_setup(xfer *x, CURL *e, const req_opts *o) {
 /* The error kinds of docs/host-api.md: what a caller may conclude about
  * whether the request reached the server. */
 static const char *kind_of(const xfer *x) {
+    if (x->denied) return "forbidden";
     if (x->too_large || x->rc == CURLE_FILESIZE_EXCEEDED) return "too_large";
     switch (x->rc) {
     case CURLE_COULDNT_CONNECT:
@@ -420,7 +468,9 @@ static const char *kind_of(const xfer *x) {
 static int push_results(lua_State *L, const xfer *x) {
     if (x->too_large || x->rc != CURLE_OK) {
         lua_pushnil(L);
-        if (x->too_large || x->rc == CURLE_FILESIZE_EXCEEDED)
+        if (x->denied)
+            lua_pushliteral(L, "destination address not allowed");
+        else if (x->too_large || x->rc == CURLE_FILESIZE_EXCEEDED)
             lua_pushfstring(L, "response larger than http.max_response_bytes (%I bytes)", (lua_Integer)x->limit);
         else
             lua_pushstring(L, x->errbuf[0] ? x->errbuf : curl_easy_strerror(x->rc));
@@ -646,7 +696,7 @@ static int start_async(lua_State *L, sgw_httpc *h, xfer *x, int xi, const req_op
 }
 
 /* http.request(opts) -> {status, headers, body} | nil, message, kind */
-static int l_request(lua_State *L) {
+static int request_run(lua_State *L) {
     sgw_worker *w = lua_touserdata(L, lua_upvalueindex(1));
     if (w && w->pg && pg_in_transaction(w->pg))
         return luaL_error(L, "http.request is not allowed inside a database transaction");
@@ -683,6 +733,21 @@ static int l_request(lua_State *L) {
     int n = push_results(L, x);
     xfer_release(x);
     return n;
+}
+
+/* On a socket thread the request migrates first (SGW_MIGRATE_IF_SOCKET) and
+ * the call runs again, blocking, on the worker's own thread. Job workers
+ * never run on a socket thread: their yields to the job runner are
+ * request_run's own. */
+static int request_migrated_k(lua_State *L, int status, lua_KContext ctx) {
+    (void)status;
+    (void)ctx;
+    return request_run(L);
+}
+
+static int l_request(lua_State *L) {
+    SGW_MIGRATE_IF_SOCKET(L, request_migrated_k);
+    return request_run(L);
 }
 
 void lapi_http_open(lua_State *L, sgw_worker *w) {

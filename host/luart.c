@@ -79,7 +79,7 @@ void luart_arm_budget(lua_State *co, double budget_ms) {
     lua_sethook(co, budget_hook, LUA_MASKCOUNT, HOOK_EVERY);
 }
 
-static int traceback_handler(lua_State *L) {
+int luart_traceback(lua_State *L) {
     const char *msg = lua_tostring(L, 1);
     if (!msg) {
         if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) return 1;
@@ -91,7 +91,7 @@ static int traceback_handler(lua_State *L) {
 
 int luart_call(lua_State *L, int nargs, int nresults, double budget_ms) {
     int base = lua_gettop(L) - nargs;
-    lua_pushcfunction(L, traceback_handler);
+    lua_pushcfunction(L, luart_traceback);
     lua_insert(L, base);
     luart_arm_budget(L, budget_ms);
     int rc = lua_pcall(L, nargs, nresults, base);
@@ -387,7 +387,7 @@ static int l_collectgarbage(lua_State *L) {
 }
 
 int luart_require(lua_State *L, const char *name, char *err, size_t errlen) {
-    lua_pushcfunction(L, traceback_handler);
+    lua_pushcfunction(L, luart_traceback);
     int h = lua_gettop(L);
     lua_pushcfunction(L, l_require);
     lua_pushstring(L, name);

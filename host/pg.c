@@ -437,8 +437,29 @@ static int db_run(lua_State *L, int want_rows) {
     return 1;
 }
 
-static int db_query(lua_State *L) { return db_run(L, 1); }
-static int db_exec(lua_State *L)  { return db_run(L, 0); }
+/* On a socket thread these first migrate (SGW_MIGRATE_IF_SOCKET); the
+ * continuations run the same body on the worker's own thread. */
+static int db_query_k(lua_State *L, int status, lua_KContext ctx) {
+    (void)status;
+    (void)ctx;
+    return db_run(L, 1);
+}
+
+static int db_exec_k(lua_State *L, int status, lua_KContext ctx) {
+    (void)status;
+    (void)ctx;
+    return db_run(L, 0);
+}
+
+static int db_query(lua_State *L) {
+    SGW_MIGRATE_IF_SOCKET(L, db_query_k);
+    return db_run(L, 1);
+}
+
+static int db_exec(lua_State *L) {
+    SGW_MIGRATE_IF_SOCKET(L, db_exec_k);
+    return db_run(L, 0);
+}
 
 static int db_in_transaction(lua_State *L) {
     lua_pushboolean(L, pg_in_transaction(upvalue_pg(L)));
@@ -510,8 +531,9 @@ static void tx_finish_error(sgw_pg *pg, int nested, const char *savepoint) {
  * "attempt to yield across a C-call boundary" and rolls back. That is on
  * purpose. A job worker's coroutines share one connection; if a transaction
  * could stay open across a yield, the other coroutines' statements would run
- * inside it. */
-static int db_transaction(lua_State *L) {
+ * inside it. A request migrates off its socket thread before BEGIN (see
+ * db_transaction), so fn never needs to yield to wait. */
+static int transaction_run(lua_State *L) {
     luaL_checktype(L, 1, LUA_TFUNCTION);
     sgw_pg *pg = upvalue_pg(L);
     if (!pg) return push_not_configured(L);
@@ -539,6 +561,17 @@ static int db_transaction(lua_State *L) {
     pg->tx_depth--;
     if (rc) return push_failure(L, &f);
     return lua_gettop(L);            /* fn was at 1: its results fill the stack */
+}
+
+static int db_transaction_k(lua_State *L, int status, lua_KContext ctx) {
+    (void)status;
+    (void)ctx;
+    return transaction_run(L);
+}
+
+static int db_transaction(lua_State *L) {
+    SGW_MIGRATE_IF_SOCKET(L, db_transaction_k);
+    return transaction_run(L);
 }
 
 void lapi_db_open(lua_State *L, sgw_worker *w) {

@@ -455,7 +455,7 @@ static sgw_redis *worker_redis(lua_State *L)
     return w ? w->redis : NULL;
 }
 
-static int l_call(lua_State *L)
+static int call_run(lua_State *L)
 {
     int n = lua_gettop(L);
     luaL_checkstring(L, 1);
@@ -517,7 +517,7 @@ static const char *script_sha(lua_State *L, size_t *len)
     return lua_tolstring(L, -1, len);
 }
 
-static int l_eval_cached(lua_State *L)
+static int eval_cached_run(lua_State *L)
 {
     int n = lua_gettop(L);
     luaL_checktype(L, 1, LUA_TSTRING);
@@ -561,6 +561,34 @@ static int l_eval_cached(lua_State *L)
         box_set(b, rep);
     }
     return push_result(L, b);
+}
+
+/* On a socket thread both migrate first (SGW_MIGRATE_IF_SOCKET); the
+ * continuations run the same body on the worker's own thread. */
+static int call_k(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    (void)ctx;
+    return call_run(L);
+}
+
+static int l_call(lua_State *L)
+{
+    SGW_MIGRATE_IF_SOCKET(L, call_k);
+    return call_run(L);
+}
+
+static int eval_cached_k(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    (void)ctx;
+    return eval_cached_run(L);
+}
+
+static int l_eval_cached(lua_State *L)
+{
+    SGW_MIGRATE_IF_SOCKET(L, eval_cached_k);
+    return eval_cached_run(L);
 }
 
 void lapi_redis_open(lua_State *L, sgw_worker *w)

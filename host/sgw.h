@@ -66,6 +66,9 @@ void     lapi_clock_open(lua_State *L);
 /* -------------------------------------------------------------- crypto.c */
 int  crypto_random(void *buf, size_t n);                  /* 0 ok */
 void crypto_random_base62(char *out, size_t n);          /* n chars + NUL */
+/* The same for identifiers that must be unique and unguessable but are not
+ * keys (request ids): cheaper, from a per-thread buffer of CSPRNG output. */
+void crypto_random_id(char *out, size_t n);
 /* Global `crypto`: sha256, sha256_hex, hmac_sha256, random_bytes,
  * random_token, constant_eq, base64_encode/decode, base64url_encode/decode,
  * hex, aes_gcm_encrypt/decrypt, argon2id_hash/verify (see docs/host-api.md). */
@@ -206,6 +209,8 @@ int      luart_call(lua_State *L, int nargs, int nresults, double budget_ms);
 /* For coroutines that run in slices (jobs): arms a deadline for L's thread. */
 void     luart_arm_budget(lua_State *co, double budget_ms);
 int      luart_resume(lua_State *co, lua_State *from, int nargs, int *nres);
+/* Message handler: the error message with the stack traceback appended. */
+int      luart_traceback(lua_State *L);
 /* Requires module `name` in w->L and leaves it on the stack; 0 ok. */
 int      luart_require(lua_State *L, const char *name, char *err, size_t errlen);
 
@@ -236,6 +241,7 @@ typedef struct sgw_request {
     char       *client_id;       /* for the log line, set by Lua */
     void       *conn;            /* struct MHD_Connection * */
     void       *response;        /* struct MHD_Response *, ready to queue */
+    void       *worker;          /* the worker a migrating request goes on with */
     struct sgw_request *next;    /* worker queue link */
 } sgw_request;
 
@@ -249,14 +255,37 @@ void http_stop(void);
 /* Called by a worker when req->status/resp_* are filled. */
 void http_complete(sgw_request *req);
 
-/* ---------------------------------------------------------------- worker.c */
+/* ---------------------------------------------------------------- worker.c
+ * A complete request runs first on the socket thread that read it, in the
+ * state of an idle worker (workers_run_inline); at its first blocking call it
+ * migrates to that worker's own thread. */
 int  workers_start(int n);
+enum { WORKERS_QUEUE, WORKERS_DONE, WORKERS_MIGRATE };
+/* WORKERS_DONE: req's response is filled in. WORKERS_MIGRATE: suspend the
+ * connection, then call workers_migrate(req). WORKERS_QUEUE: nothing ran (no
+ * idle worker of the current generation): suspend, then workers_enqueue. */
+int  workers_run_inline(sgw_request *req);
+void workers_migrate(sgw_request *req);
 void workers_enqueue(sgw_request *req);
 void workers_stop(void);
 int  workers_queue_depth(void);
 /* Opens connections and the Lua state of a worker; 0 ok. */
 int  worker_init(sgw_worker *w, int id, const char *role, char *err, size_t errlen);
 void worker_destroy(sgw_worker *w);
+/* The request coroutine a socket thread is running; NULL on every other
+ * thread and between requests. */
+extern _Thread_local lua_State *sgw_socket_co;
+/* 1 when L is that coroutine and may yield (the binding then yields, see
+ * SGW_MIGRATE_IF_SOCKET); 0 when it must block where it is (counted). */
+int  sgw_migrate_if_socket(lua_State *L);
+/* First statement of every host binding that may block: on a socket thread
+ * it yields so the request migrates to its worker's thread, where k (which
+ * runs the binding's body again: its arguments are still on the stack)
+ * carries on. */
+#define SGW_MIGRATE_IF_SOCKET(L, k) \
+    do { \
+        if (sgw_socket_co && sgw_migrate_if_socket(L)) return lua_yieldk((L), 0, 0, (k)); \
+    } while (0)
 
 /* ------------------------------------------------------------------ jobs.c
  * Durable job queue in PostgreSQL with Lua handlers in handlers/jobs/ and

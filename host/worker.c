@@ -1,31 +1,86 @@
 /*
  * worker.c — the Lua workers that run requests.
  *
- * The socket threads never run Lua: a complete request is queued here and
- * one of a fixed set of workers takes it. Each worker owns its Lua state and
- * its PostgreSQL and Redis connections, so nothing in a request's path is
- * shared between threads. Between two requests a worker may switch to a new
- * generation of handlers (hot reload), never during one.
+ * Each worker is one thread with its own Lua state and its own PostgreSQL
+ * and Redis connections. A request runs as a coroutine in a worker's state,
+ * and whoever holds the worker (a socket thread, or the worker's own thread)
+ * is the only one touching its state and connections.
+ *
+ * Most requests never wait on anything, and handing each one to another
+ * thread costs two cross-thread wake-ups, which dominated the cost of a
+ * request. So the socket thread that read a request borrows an idle worker
+ * and runs the coroutine itself. At the first call that could block
+ * (database, Redis, outbound HTTP, password hashing) the binding yields and
+ * the coroutine migrates to the worker's own thread, which resumes it and
+ * may block as long as it likes: socket threads never block on I/O. When no
+ * worker of the current generation is idle, the request waits in a queue for
+ * the next free worker and runs on that worker's thread from the start.
+ *
+ * A worker switches to a new generation of handlers (hot reload) between
+ * two requests and only on its own thread: building a state takes far too
+ * long for a socket thread, which therefore only borrows workers whose state
+ * is current.
  */
 #include "sgw.h"
 
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* Who holds a worker; changes only under qlock. */
+typedef enum {
+    W_IDLE,     /* on the idle stack; its thread waits */
+    W_LENT,     /* a socket thread runs a request in its state */
+    W_OWN       /* its own thread runs (or is about to look for work) */
+} worker_holder;
+
+typedef struct http_worker {
+    sgw_worker          w;
+    pthread_t           thread;
+    pthread_cond_t      cond;       /* the thread waits here, under qlock */
+    worker_holder       holder;
+    sgw_request        *mail;       /* a migrated request for this thread */
+    int                 reset;      /* close the Lua state before the next request */
+    struct http_worker *next_idle;
+} http_worker;
+
 static pthread_mutex_t qlock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t  qcond = PTHREAD_COND_INITIALIZER;
 static sgw_request    *qhead, *qtail;
 static int             qdepth;
 static int             stopping;
-static int             sleepers;          /* workers waiting on qcond */
-static atomic_int      queued;            /* qdepth, readable without the lock */
+static http_worker    *idle_top;
 
-static sgw_worker *workers;
-static pthread_t  *threads;
-static int         nworkers;
+static http_worker *workers;
+static int          nworkers;
+static double       budget_ms;
+
+/* The coroutine a socket thread is running, so that only its own yields
+ * migrate (a handler's own coroutines block instead). */
+_Thread_local lua_State *sgw_socket_co;
+/* Set by the binding that yields to migrate; distinguishes that yield from
+ * a handler yielding at its top level. */
+static _Thread_local int migrate_asked;
+
+/* Registry keys (by address) of a state's request coroutine and of
+ * dispatch.handle. */
+static char co_key, handle_key;
+
+/* What entry() hands back besides success: (code, message). */
+#define CODE_NO_DISPATCH (-1)
+
+int sgw_migrate_if_socket(lua_State *L) {
+    if (L == sgw_socket_co && lua_isyieldable(L)) {
+        migrate_asked = 1;
+        return 1;
+    }
+    /* Inside require, a sort comparator, a gsub callback or a handler's own
+     * coroutine: the socket thread waits. Rare, and counted so it shows. */
+    metrics_count("sgw_inline_blocking_total", NULL, 1);
+    return 0;
+}
+
+/* ------------------------------------------------------------ setup */
 
 int worker_init(sgw_worker *w, int id, const char *role, char *err, size_t errlen) {
     memset(w, 0, sizeof *w);
@@ -46,51 +101,7 @@ void worker_destroy(sgw_worker *w) {
     memset(w, 0, sizeof *w);
 }
 
-void workers_enqueue(sgw_request *req) {
-    req->next = NULL;
-    pthread_mutex_lock(&qlock);
-    if (qtail) qtail->next = req;
-    else qhead = req;
-    qtail = req;
-    qdepth++;
-    atomic_store(&queued, qdepth);
-    /* A worker that is spinning or busy will find the request itself; waking
-     * a sleeping one costs a system call and a context switch. */
-    if (sleepers) pthread_cond_signal(&qcond);
-    pthread_mutex_unlock(&qlock);
-}
-
-int workers_queue_depth(void) {
-    pthread_mutex_lock(&qlock);
-    int d = qdepth;
-    pthread_mutex_unlock(&qlock);
-    return d;
-}
-
-/* Under load requests arrive back to back: a worker that just finished
- * looks for the next one for a few microseconds before it sleeps. */
-#define SPIN_ROUNDS 50
-
-static sgw_request *dequeue(void) {
-    /* sched_yield, not a busy pause: the socket threads need the cores. */
-    for (int i = 0; i < SPIN_ROUNDS && atomic_load(&queued) == 0 && !stopping; i++)
-        sched_yield();
-    pthread_mutex_lock(&qlock);
-    while (!qhead && !stopping) {
-        sleepers++;
-        pthread_cond_wait(&qcond, &qlock);
-        sleepers--;
-    }
-    sgw_request *r = qhead;
-    if (r) {
-        qhead = r->next;
-        if (!qhead) qtail = NULL;
-        qdepth--;
-        atomic_store(&queued, qdepth);
-    }
-    pthread_mutex_unlock(&qlock);
-    return r;
-}
+/* ------------------------------------------------------------ responses */
 
 static void set_header(sgw_request *req, const char *name, const char *value) {
     sgw_kv *n = realloc(req->resp_headers, (size_t)(req->nresp_headers + 1) * sizeof *n);
@@ -136,13 +147,16 @@ static void internal_error(sgw_request *req, int status, const char *code, const
     if (status == 503) set_header(req, "Retry-After", "1");
 }
 
-static void push_kv_table(lua_State *L, const sgw_kv *kv, int n) {
+/* unique: the names are known to be distinct (headers, which http.c has
+ * already merged), so there is no need to look for an earlier value. */
+static void push_kv_table(lua_State *L, const sgw_kv *kv, int n, int unique) {
     lua_createtable(L, 0, n);
     for (int i = 0; i < n; i++) {
-        lua_getfield(L, -1, kv[i].name);
-        int present = !lua_isnil(L, -1);
-        lua_pop(L, 1);
-        if (present) continue; /* first value wins */
+        if (!unique) {
+            int present = lua_getfield(L, -1, kv[i].name) != LUA_TNIL;
+            lua_pop(L, 1);
+            if (present) continue; /* first value wins */
+        }
         lua_pushstring(L, kv[i].value ? kv[i].value : "");
         lua_setfield(L, -2, kv[i].name);
     }
@@ -158,9 +172,9 @@ static void push_request(lua_State *L, sgw_request *req) {
     lua_setfield(L, -2, "path");
     lua_pushstring(L, req->remote_addr);
     lua_setfield(L, -2, "remote_addr");
-    push_kv_table(L, req->headers, req->nheaders);
+    push_kv_table(L, req->headers, req->nheaders, 1);
     lua_setfield(L, -2, "headers");
-    push_kv_table(L, req->query, req->nquery);
+    push_kv_table(L, req->query, req->nquery, 0);
     lua_setfield(L, -2, "query");
     /* query_all: every value of repeated names. */
     lua_createtable(L, 0, req->nquery);
@@ -230,75 +244,376 @@ static int take_response(lua_State *L, sgw_request *req) {
     return 0;
 }
 
-static void run_request(sgw_worker *w, sgw_request *req) {
+/* ------------------------------------------------------------ the coroutine */
+
+/* Ends the coroutine: nothing on success, else (code, message). */
+static int entry_k(lua_State *co, int status, lua_KContext ctx) {
+    sgw_request *req = (sgw_request *)ctx;
+    if (status == LUA_OK || status == LUA_YIELD) {
+        if (take_response(co, req) == 0) return 0;
+        clear_response(req);
+        lua_pushinteger(co, LUA_ERRRUN);
+        lua_pushliteral(co, "dispatch returned no valid response");
+        return 2;
+    }
+    /* The message handler added the traceback (not for memory errors). */
+    lua_pushinteger(co, status);
+    lua_insert(co, -2);
+    return 2;
+}
+
+/* The body of a request's coroutine: builds the request table and calls
+ * dispatch.handle. Everything here runs protected by the resume, so a state
+ * at its memory ceiling fails the request, not the process. */
+static int entry(lua_State *co) {
+    sgw_request *req = lua_touserdata(co, 1);
+    lua_settop(co, 0);
+    lua_pushcfunction(co, luart_traceback);
+    if (lua_rawgetp(co, LUA_REGISTRYINDEX, &handle_key) != LUA_TFUNCTION) {
+        lua_pop(co, 1);
+        char err[2048];
+        if (luart_require(co, "dispatch", err, sizeof err)) {
+            lua_pushinteger(co, CODE_NO_DISPATCH);
+            lua_pushstring(co, err);
+            return 2;
+        }
+        lua_getfield(co, -1, "handle");
+        lua_remove(co, -2);
+        lua_pushvalue(co, -1);
+        lua_rawsetp(co, LUA_REGISTRYINDEX, &handle_key);
+    }
+    push_request(co, req);
+    int status = lua_pcallk(co, 1, 4, 1, (lua_KContext)req, entry_k);
+    return entry_k(co, status, (lua_KContext)req);
+}
+
+static int new_co(lua_State *L) {
+    lua_newthread(L);
+    lua_pushvalue(L, -1);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &co_key);
+    return 1;
+}
+
+/* The state's request coroutine (one per state, reused: a coroutine whose
+ * function returned can start the next one). NULL at the memory ceiling. */
+static lua_State *request_co(lua_State *L) {
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &co_key);
+    lua_State *co = lua_tothread(L, -1);
+    lua_pop(L, 1);
+    if (co) return co;
+    lua_pushcfunction(L, new_co);
+    if (lua_pcall(L, 0, 1, 0) != LUA_OK) {
+        lua_pop(L, 1);
+        return NULL;
+    }
+    co = lua_tothread(L, -1);
+    lua_pop(L, 1);
+    return co;
+}
+
+static int resume(lua_State *co, lua_State *from, int nargs, int *nres, int on_socket) {
+    migrate_asked = 0;
+    if (on_socket) sgw_socket_co = co;
+    int rc = lua_resume(co, from, nargs, nres);
+    sgw_socket_co = NULL;
+    return rc;
+}
+
+static void log_handler_error(const sgw_request *req, const char *msg) {
+    char line[8192];
+    size_t n = log_begin(line, sizeof line);
+    n += (size_t)snprintf(line + n, sizeof line - n, ",\"level\":\"error\",\"event\":\"handler_error\",\"requestId\":\"%s\",\"error\":", req->id);
+    n = json_escape(line, n, sizeof line - 1, msg ? msg : "?", msg ? strlen(msg) : 1);
+    if (n < sizeof line) line[n++] = '}';
+    log_line(line, n);
+}
+
+/* Turns what the coroutine ended with into req's response and readies the
+ * coroutine for the next request. Returns 1 when the state hit its memory
+ * ceiling and must be closed before it serves again. */
+static int finish(sgw_worker *w, sgw_request *req, lua_State *co, int rc, int nres) {
+    if (rc == LUA_OK && nres == 0) {
+        lua_settop(co, 0);
+        return 0;
+    }
+    int code = LUA_ERRRUN;
+    const char *msg;
+    if (rc == LUA_OK) {
+        code = (int)lua_tointeger(co, -2);
+        msg = lua_tostring(co, -1);
+    } else if (rc == LUA_YIELD) {
+        msg = "attempt to yield from outside a coroutine";
+    } else {
+        code = rc;
+        msg = lua_tostring(co, -1);
+    }
+    if (code == CODE_NO_DISPATCH) log_msg(LOG_ERROR, "dispatch_missing", "%s", msg ? msg : "?");
+    else log_handler_error(req, msg);
+    internal_error(req, 500, "internal_error", "Internal error");
+    if (code == LUA_ERRMEM) {
+        /* A state that hit its ceiling may hold on to garbage a module kept;
+         * the next request starts from a clean state. */
+        return 1;
+    }
+    if (rc == LUA_OK) {
+        lua_settop(co, 0);
+    } else {
+        /* A coroutine stopped by an error or a stray yield: close what it
+         * left open and make a fresh one next time. */
+#if LUA_VERSION_RELEASE_NUM >= 50406
+        lua_closethread(co, w->L);
+#else
+        lua_resetthread(co);
+#endif
+        lua_pushnil(w->L);
+        lua_rawsetp(w->L, LUA_REGISTRYINDEX, &co_key);
+    }
+    return 0;
+}
+
+/* Matched under another generation than the worker's: match again. */
+static void rematch(sgw_worker *w, sgw_request *req) {
+    if (req->gen_id == w->gen->id) return;
+    match_free(&req->match);
+    routes_match(&w->gen->routes, req->method, req->path, &req->match);
+    req->gen_id = w->gen->id;
+    free(req->route_pattern);
+    req->route_pattern = req->match.route >= 0 ? strdup(w->gen->routes.v[req->match.route].pattern) : NULL;
+    if (!req->early_status && req->match.status) req->early_status = req->match.status;
+}
+
+/* Starts req in w's request coroutine; returns lua_resume's status. */
+static int start(sgw_worker *w, sgw_request *req, lua_State **pco, int *nres, int on_socket) {
+    rematch(w, req);
+    lua_State *co = request_co(w->L);
+    *pco = co;
+    if (!co) {
+        *nres = 0;
+        return LUA_ERRMEM;
+    }
+    lua_settop(co, 0);
+    lua_pushcfunction(co, entry);
+    lua_pushlightuserdata(co, req);
+    luart_arm_budget(co, budget_ms);
+    return resume(co, w->L, 1, nres, on_socket);
+}
+
+/* The end of every request on a worker's own thread. */
+static void conclude(http_worker *hw, sgw_request *req, lua_State *co, int rc, int nres) {
+    sgw_worker *w = &hw->w;
+    if (!co) {
+        log_msg(LOG_ERROR, "worker_state", "worker %d: no memory left for a request coroutine", w->id);
+        internal_error(req, 500, "internal_error", "Internal error");
+        luart_close_state(w);
+    } else if (finish(w, req, co, rc, nres)) {
+        luart_close_state(w);
+    }
+    if (w->pg) pg_reset_session(w->pg);
+}
+
+/* ------------------------------------------------------------ hand-offs */
+
+static int is_current(const http_worker *hw, uint64_t gen) {
+    return hw->w.L && hw->w.gen && hw->w.gen->id == gen;
+}
+
+static void wake(http_worker *hw) {
+    hw->holder = W_OWN;
+    pthread_cond_signal(&hw->cond);
+}
+
+/* Under qlock. */
+static http_worker *pop_idle(void) {
+    http_worker *hw = idle_top;
+    if (hw) idle_top = hw->next_idle;
+    return hw;
+}
+
+static void push_idle(http_worker *hw) {
+    hw->holder = W_IDLE;
+    hw->next_idle = idle_top;
+    idle_top = hw;
+}
+
+/* Returns a worker a socket thread borrowed; its thread takes over when
+ * there is queued work, a stop, or a state to rebuild. */
+static void give_back(http_worker *hw) {
+    pthread_mutex_lock(&qlock);
+    if (qhead || stopping || hw->reset) wake(hw);
+    else push_idle(hw);
+    pthread_mutex_unlock(&qlock);
+}
+
+int workers_run_inline(sgw_request *req) {
+    uint64_t gen = luart_generation_id();
+    pthread_mutex_lock(&qlock);
+    /* A stale worker at the top stays there: workers_enqueue hands it the
+     * request and it refreshes its state on its own thread. */
+    http_worker *hw = !stopping && idle_top && is_current(idle_top, gen) ? pop_idle() : NULL;
+    if (hw) hw->holder = W_LENT;
+    pthread_mutex_unlock(&qlock);
+    if (!hw) return WORKERS_QUEUE;
+
+    sgw_worker *w = &hw->w;
+    lua_State *co;
+    int nres;
+    int rc = start(w, req, &co, &nres, 1);
+    if (rc == LUA_YIELD && migrate_asked) {
+        req->worker = hw;
+        return WORKERS_MIGRATE;
+    }
+    if (!co) {
+        log_msg(LOG_ERROR, "worker_state", "worker %d: no memory left for a request coroutine", w->id);
+        internal_error(req, 500, "internal_error", "Internal error");
+        hw->reset = 1;
+    } else if (finish(w, req, co, rc, nres)) {
+        hw->reset = 1;
+    }
+    /* Only a blocking call made where it could not yield leaves a
+     * transaction open; otherwise this is a check without I/O. */
+    if (w->pg) pg_reset_session(w->pg);
+    give_back(hw);
+    metrics_count("sgw_requests_inline_total", NULL, 1);
+    return WORKERS_DONE;
+}
+
+void workers_migrate(sgw_request *req) {
+    http_worker *hw = req->worker;
+    metrics_count("sgw_requests_migrated_total", NULL, 1);
+    pthread_mutex_lock(&qlock);
+    hw->mail = req;
+    wake(hw);
+    pthread_mutex_unlock(&qlock);
+}
+
+void workers_enqueue(sgw_request *req) {
+    req->next = NULL;
+    metrics_count("sgw_requests_queued_total", NULL, 1);
+    pthread_mutex_lock(&qlock);
+    if (qtail) qtail->next = req;
+    else qhead = req;
+    qtail = req;
+    qdepth++;
+    /* Workers that are busy find the request when they finish. */
+    http_worker *hw = pop_idle();
+    if (hw) wake(hw);
+    pthread_mutex_unlock(&qlock);
+}
+
+int workers_queue_depth(void) {
+    pthread_mutex_lock(&qlock);
+    int d = qdepth;
+    pthread_mutex_unlock(&qlock);
+    return d;
+}
+
+/* ------------------------------------------------------------ worker threads */
+
+/* Runs a queued request from the start on the worker's own thread. */
+static void run_queued(http_worker *hw, sgw_request *req) {
+    sgw_worker *w = &hw->w;
     char err[2048];
     if (luart_refresh(w, err, sizeof err) && !w->L) {
         log_msg(LOG_ERROR, "worker_state", "worker %d has no Lua state: %s", w->id, err);
         internal_error(req, 503, "service_unavailable", "Service unavailable");
         return;
     }
-    if (req->gen_id != w->gen->id) {
-        /* Matched under another generation: match again under ours. */
-        match_free(&req->match);
-        routes_match(&w->gen->routes, req->method, req->path, &req->match);
-        req->gen_id = w->gen->id;
-        free(req->route_pattern);
-        req->route_pattern = req->match.route >= 0 ? strdup(w->gen->routes.v[req->match.route].pattern) : NULL;
-        if (!req->early_status && req->match.status) req->early_status = req->match.status;
+    lua_State *co;
+    int nres;
+    int rc = start(w, req, &co, &nres, 0);
+    conclude(hw, req, co, rc, nres);
+}
+
+/* Finishes a request a socket thread started: the coroutine waits in the
+ * binding that yielded, which now runs again and may block. */
+static void run_migrated(http_worker *hw, sgw_request *req) {
+    lua_State *co = request_co(hw->w.L);
+    int nres;
+    int rc = resume(co, hw->w.L, 0, &nres, 0);
+    conclude(hw, req, co, rc, nres);
+}
+
+/* Between requests, on the worker's own thread: drop a state that hit its
+ * ceiling and catch up with the current generation, so that the worker is
+ * ready to be borrowed. */
+static void prepare(http_worker *hw) {
+    if (hw->reset) {
+        luart_close_state(&hw->w);
+        hw->reset = 0;
     }
-    lua_State *L = w->L;
-    lua_settop(L, 0);
-    if (luart_require(L, "dispatch", err, sizeof err)) {
-        log_msg(LOG_ERROR, "dispatch_missing", "%s", err);
-        internal_error(req, 500, "internal_error", "Internal error");
-        return;
-    }
-    lua_getfield(L, -1, "handle");
-    lua_remove(L, 1);
-    push_request(L, req);
-    int rc = luart_call(L, 1, 4, config_num("lua.handler_budget_ms"));
-    if (rc != LUA_OK || take_response(L, req) != 0) {
-        const char *msg = rc != LUA_OK ? lua_tostring(L, -1) : "dispatch returned no valid response";
-        char line[8192];
-        size_t n = log_begin(line, sizeof line);
-        n += (size_t)snprintf(line + n, sizeof line - n, ",\"level\":\"error\",\"event\":\"handler_error\",\"requestId\":\"%s\",\"error\":", req->id);
-        n = json_escape(line, n, sizeof line - 1, msg ? msg : "?", msg ? strlen(msg) : 1);
-        if (n < sizeof line) line[n++] = '}';
-        log_line(line, n);
-        internal_error(req, 500, "internal_error", "Internal error");
-        if (rc == LUA_ERRMEM) {
-            /* A state that hit its ceiling may hold on to garbage a module
-             * kept; start the next request from a clean state. */
-            lua_gc(L, LUA_GCCOLLECT, 0);
-            luart_close_state(w);
-        }
-    }
-    if (w->L) lua_settop(w->L, 0);
-    if (w->pg) pg_reset_session(w->pg);
+    char err[2048];
+    if (luart_refresh(&hw->w, err, sizeof err))
+        log_msg(LOG_ERROR, "worker_state", "worker %d cannot load the handlers: %s", hw->w.id, err);
 }
 
 static void *worker_main(void *arg) {
-    sgw_worker *w = arg;
-    sgw_request *req;
-    while ((req = dequeue())) {
-        run_request(w, req);
+    http_worker *hw = arg;
+    for (;;) {
+        prepare(hw);
+        sgw_request *req = NULL;
+        int migrated = 0, leave = 0;
+        pthread_mutex_lock(&qlock);
+        for (;;) {
+            if (hw->mail) {
+                req = hw->mail;
+                hw->mail = NULL;
+                migrated = 1;
+                break;
+            }
+            if (hw->holder == W_OWN) {
+                if (hw->reset) break;
+                if (qhead) {
+                    req = qhead;
+                    qhead = req->next;
+                    if (!qhead) qtail = NULL;
+                    qdepth--;
+                    break;
+                }
+                if (stopping) {
+                    leave = 1;
+                    break;
+                }
+                push_idle(hw);
+            }
+            pthread_cond_wait(&hw->cond, &qlock);
+        }
+        pthread_mutex_unlock(&qlock);
+        if (leave) return NULL;
+        if (!req) continue;
+        if (migrated) run_migrated(hw, req);
+        else run_queued(hw, req);
         http_complete(req);
     }
-    return NULL;
+}
+
+static int start_one(http_worker *hw, int id) {
+    char err[2048];
+    if (worker_init(&hw->w, id, "http", err, sizeof err)) {
+        log_msg(LOG_ERROR, "worker_init", "worker %d: %s", id, err);
+        worker_destroy(&hw->w);
+        return -1;
+    }
+    hw->holder = W_OWN;
+    if (pthread_cond_init(&hw->cond, NULL)) {
+        worker_destroy(&hw->w);
+        return -1;
+    }
+    if (pthread_create(&hw->thread, NULL, worker_main, hw)) {
+        pthread_cond_destroy(&hw->cond);
+        worker_destroy(&hw->w);
+        return -1;
+    }
+    return 0;
 }
 
 int workers_start(int n) {
+    budget_ms = config_num("lua.handler_budget_ms");
+    stopping = 0;
     workers = calloc((size_t)n, sizeof *workers);
-    threads = calloc((size_t)n, sizeof *threads);
-    if (!workers || !threads) return -1;
+    if (!workers) return -1;
     for (int i = 0; i < n; i++) {
-        char err[2048];
-        if (worker_init(&workers[i], i, "http", err, sizeof err)) {
-            log_msg(LOG_ERROR, "worker_init", "worker %d: %s", i, err);
-            return -1;
-        }
-        if (pthread_create(&threads[i], NULL, worker_main, &workers[i])) {
-            worker_destroy(&workers[i]);
+        if (start_one(&workers[i], i)) {
+            workers_stop();
             return -1;
         }
         nworkers++;
@@ -309,15 +624,16 @@ int workers_start(int n) {
 void workers_stop(void) {
     pthread_mutex_lock(&qlock);
     stopping = 1;
-    pthread_cond_broadcast(&qcond);
+    http_worker *hw;
+    while ((hw = pop_idle())) wake(hw);
     pthread_mutex_unlock(&qlock);
     for (int i = 0; i < nworkers; i++) {
-        pthread_join(threads[i], NULL);
-        worker_destroy(&workers[i]);
+        pthread_join(workers[i].thread, NULL);
+        pthread_cond_destroy(&workers[i].cond);
+        worker_destroy(&workers[i].w);
     }
     free(workers);
-    free(threads);
     workers = NULL;
-    threads = NULL;
     nworkers = 0;
+    idle_top = NULL;
 }

@@ -164,6 +164,85 @@ describe("host", function()
     end)
   end)
 
+  describe("inline execution and migration", function()
+    -- Requests run on the socket thread that read them until their first
+    -- blocking call, which moves them to their worker's own thread.
+    local inst
+
+    setup(function()
+      inst = stack.start_sgw {
+        name = "inline",
+        set = {
+          ["lua.root"] = root,
+          ["bench.enabled"] = true,
+          ["http.threads"] = 2,
+          ["http.workers"] = 24,
+          ["api.rate_limit.anonymous_per_minute"] = 1000000,
+        },
+      }
+    end)
+
+    teardown(function() inst:stop(20) end)
+
+    local function counters()
+      local status, text = inst:admin("GET", "/metrics")
+      assert.are.equal(200, status)
+      local function get(name)
+        return tonumber(text:match("\n" .. name .. " (%d+)")) or 0
+      end
+      return { inline = get("sgw_requests_inline_total"), migrated = get("sgw_requests_migrated_total") }
+    end
+
+    local function exists(path)
+      local f = io.open(path)
+      if f then f:close() end
+      return f ~= nil
+    end
+
+    it("answers a request that never waits on the socket thread", function()
+      local before = counters()
+      for i = 1, 10 do
+        local status, body = inst:json("POST", "/bench/echo", { body = { message = "hello", n = i } })
+        assert.are.equal(200, status)
+        assert.are.same({ message = "hello", n = i, echo = true }, body)
+      end
+      local after = counters()
+      assert.is_true(after.inline - before.inline >= 10, "inline: " .. before.inline .. " -> " .. after.inline)
+      assert.are.equal(before.migrated, after.migrated, "the echo never migrates")
+    end)
+
+    it("moves a request to its worker at a database call; the socket threads keep answering", function()
+      local before = counters()
+      local dir = stack.build_dir() .. "/test-roots/" .. stack.unique_name("mixed")
+      assert.are.equal(0, (stack.sh("mkdir -p " .. stack.shell_quote(dir))))
+      local codes, done = dir .. "/slow.codes", dir .. "/slow.done"
+      -- 20 requests that compute, wait 1.5 s in PostgreSQL, compute again.
+      local code = stack.sh("((for i in $(seq 20); do curl -s -o /dev/null -w '%{http_code}\\n' '"
+        .. inst.base_url .. "/test/mixed?sleep=1.5' >> " .. stack.shell_quote(codes) .. " & done; wait; touch "
+        .. stack.shell_quote(done) .. ") > /dev/null 2>&1 &)")
+      assert.are.equal(0, code)
+      -- All 20 have reached pg_sleep, each on its worker's thread.
+      stack.eventually(function() return counters().migrated - before.migrated >= 20 end, 10, 0.02,
+        "20 requests migrated")
+
+      -- With both socket threads free, quick requests keep flowing meanwhile.
+      for _ = 1, 50 do
+        assert.are.equal(200, (inst:request("GET", "/test/version")))
+      end
+      assert.is_false(exists(done), "the fast requests finished before the slow ones")
+
+      stack.eventually(function() return exists(done) end, 30, 0.1, "slow requests finished")
+      local f = assert(io.open(codes))
+      local n = 0
+      for line in f:lines() do
+        assert.are.equal("200", line)
+        n = n + 1
+      end
+      f:close()
+      assert.are.equal(20, n)
+    end)
+  end)
+
   describe("hot reload", function()
     it("reloads 20 times under load, refuses a broken edit, and not one request fails", function()
       local version_file = root .. "/handlers/test/version.lua"
