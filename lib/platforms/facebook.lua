@@ -40,4 +40,81 @@ function M.resolve(ctx)
   return graph.published(found.id, graph.permalink(found.id, "permalink_url", token))
 end
 
+-- Comments (docs/comments.md) ----------------------------------------------
+-- ctx: account, comment ({platform_comment_id, parent_platform_comment_id,
+-- platform_post_id}), message (a reply), since and taken (find_reply).
+
+-- Facebook threads are one level deep: a reply to a reply goes to the
+-- thread's top-level comment, where Meta would put it anyway.
+local function thread_of(comment)
+  return comment.parent_platform_comment_id or comment.platform_comment_id
+end
+
+function M.reply(ctx)
+  local thread = thread_of(ctx.comment)
+  local created, err, sent = graph.call("POST", thread .. "/comments", { message = ctx.message }, ctx.account.access_token)
+  if not created then return graph.failed(err, sent) end
+  if not created.id then return graph.failed({ message = "No comment id in Meta's answer." }, true) end
+  return graph.done(created.id, thread)
+end
+
+-- After a reply whose answer was lost: the Page's reply with this message,
+-- made since the operation began, that no other operation has claimed.
+function M.find_reply(ctx)
+  local page = ctx.account.platform_account_id
+  local found, err = graph.find_recent(thread_of(ctx.comment) .. "/comments", ctx.account.access_token, {
+    fields = "id,message,from{id},created_time", params = { order = "reverse_chronological" },
+    text_field = "message", time_field = "created_time", text = ctx.message, since = ctx.since,
+    accept = function(c)
+      return type(c.from) == "table" and c.from.id == page and not (ctx.taken or {})[c.id]
+    end,
+  })
+  if found == nil then return nil, err end
+  if not found then return graph.not_found() end
+  return graph.done(found.id, thread_of(ctx.comment))
+end
+
+function M.set_hidden(ctx, hidden)
+  return graph.settled(graph.call("POST", ctx.comment.platform_comment_id,
+    { is_hidden = hidden and "true" or "false" }, ctx.account.access_token))
+end
+
+-- A comment Meta no longer has is as deleted as we wanted it (a retry after
+-- a lost answer, or someone was quicker).
+function M.delete(ctx)
+  local value, err = graph.call("DELETE", ctx.comment.platform_comment_id, {}, ctx.account.access_token)
+  if not value and err.platform_code == "100/33" then return graph.done() end
+  return graph.settled(value, err)
+end
+
+local FETCH_FIELDS = "id,message,from{id,name},created_time,like_count,is_hidden,parent{id}"
+
+-- One page of every comment on the post, replies included (filter=stream),
+-- oldest first. ctx: account, target.platform_post_id, version.
+-- Returns { observations, cursor (nil on the last page), usage } or nil, err, usage.
+function M.fetch_comments(ctx, cursor)
+  local page = ctx.account.platform_account_id
+  local value, err, _, headers = graph.call("GET", ctx.target.platform_post_id .. "/comments", {
+    filter = "stream", order = "chronological", fields = FETCH_FIELDS, limit = 100, after = cursor,
+  }, ctx.account.access_token)
+  local usage = graph.usage(headers)
+  if not value then return nil, err, usage end
+  local observations = {}
+  for _, c in ipairs(type(value.data) == "table" and value.data or {}) do
+    -- Meta leaves out `from` for people who have not allowed it; never the Page.
+    local from = type(c.from) == "table" and c.from or {}
+    observations[#observations + 1] = graph.observation(ctx, {
+      platform_comment_id = c.id,
+      parent_platform_comment_id = type(c.parent) == "table" and c.parent.id or nil,
+      text = type(c.message) == "string" and c.message or "",
+      author_platform_id = from.id, author_name = from.name,
+      is_from_account = from.id == page,
+      is_hidden = c.is_hidden == true,
+      like_count = math.tointeger(tonumber(c.like_count)),
+      created_at = graph.parse_time(c.created_time),
+    })
+  end
+  return { observations = observations, cursor = graph.next_cursor(value), usage = usage }
+end
+
 return M

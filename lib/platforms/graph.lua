@@ -119,11 +119,14 @@ local CLOCK_SLACK = 60
 -- the item whose `text_field` is exactly `text` (both trimmed; absent is "")
 -- and whose `time_field` is at or after `since` (less a minute of clock
 -- slack). opts: fields, text_field, time_field, text, since, pages (most pages
--- to read, default 4). Returns the item, false when there is none, or nil and
--- the error when the platform could not tell.
+-- to read, default 4), params (more query parameters), accept (a further test
+-- an item must pass), oldest_first (the listing is in that order: read every
+-- page rather than stop at the first older item). Returns the item, false
+-- when there is none, or nil and the error when the platform could not tell.
 function M.find_recent(path, token, opts)
   local since = (opts.since or 0) - CLOCK_SLACK
   local params = { fields = opts.fields, limit = 25 }
+  for k, v in pairs(opts.params or {}) do params[k] = v end
   for _ = 1, opts.pages or 4 do
     local page, err = M.call("GET", path, params, token)
     if not page then return nil, err end
@@ -131,8 +134,8 @@ function M.find_recent(path, token, opts)
     for _, item in ipairs(type(page.data) == "table" and page.data or {}) do
       local t = M.parse_time(item[opts.time_field])
       if t and t < since then
-        older_seen = true
-      elseif trim(item[opts.text_field]) == trim(opts.text) then
+        older_seen = not opts.oldest_first
+      elseif trim(item[opts.text_field]) == trim(opts.text) and (not opts.accept or opts.accept(item)) then
         return item
       end
     end
@@ -170,6 +173,58 @@ function M.failed(err, sent)
     return { status = "unknown", error = { code = "platform_unavailable", message = err.message } }
   end
   return { status = "error", error = err }
+end
+
+-- Comments (docs/comments.md) ----------------------------------------------
+
+-- A moderation outcome: done; for a reply, with the new comment's id and
+-- the comment it went under.
+function M.done(platform_comment_id, parent_platform_comment_id)
+  return { status = "done", platform_comment_id = platform_comment_id and tostring(platform_comment_id) or nil,
+    parent_platform_comment_id = parent_platform_comment_id }
+end
+
+-- A hide, unhide or delete asks for a state, so sending it twice does no
+-- harm: a lost answer is a retryable error, never an unknown outcome.
+function M.settled(value, err)
+  if value then return M.done() end
+  return { status = "error", error = err }
+end
+
+-- Meta's usage in percent, split by whom it limits: the app as a whole
+-- (X-App-Usage: stop everything) or this account (X-Page-Usage and
+-- X-Business-Use-Case-Usage: leave this account alone for a while).
+function M.usage(headers)
+  local app, account = {}, {}
+  for name, value in pairs(headers or {}) do
+    name = type(name) == "string" and name:lower() or ""
+    if name == "x-app-usage" then app[name] = value
+    elseif name == "x-page-usage" or name == "x-business-use-case-usage" then account[name] = value end
+  end
+  return { app = graph_errors.usage_pressure(app), account = graph_errors.usage_pressure(account) }
+end
+
+-- The higher of two usages (a sync makes several calls per page).
+function M.max_usage(a, b)
+  if not a then return b end
+  if not b then return a end
+  return { app = math.max(a.app, b.app), account = math.max(a.account, b.account) }
+end
+
+-- An observation for comments.apply of a comment an adapter fetched for
+-- ctx (account, target.platform_post_id, version); fields: the comment's own.
+function M.observation(ctx, fields)
+  local o = { social_account_id = ctx.account.id, platform = ctx.account.platform,
+    platform_post_id = ctx.target.platform_post_id, version = ctx.version }
+  for k, v in pairs(fields) do o[k] = v end
+  o.platform_comment_id = tostring(o.platform_comment_id)
+  return o
+end
+
+-- The next-page cursor of a Graph listing, or nil on the last page.
+function M.next_cursor(page)
+  local paging = type(page) == "table" and type(page.paging) == "table" and page.paging
+  return paging and paging.next and type(paging.cursors) == "table" and paging.cursors.after or nil
 end
 
 return M

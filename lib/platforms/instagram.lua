@@ -105,4 +105,105 @@ function M.resolve(ctx)
   return graph.not_found()
 end
 
+-- Comments (docs/comments.md) ----------------------------------------------
+-- ctx as in facebook.lua. Instagram takes replies to top-level comments only;
+-- the API refuses others before they get here.
+
+function M.reply(ctx)
+  local comment = ctx.comment.platform_comment_id
+  local created, err, sent = graph.call("POST", comment .. "/replies", { message = ctx.message }, ctx.account.access_token)
+  if not created then return graph.failed(err, sent) end
+  if not created.id then return graph.failed({ message = "No comment id in Meta's answer." }, true) end
+  return graph.done(created.id, comment)
+end
+
+-- Is this comment the account's own? `from` when Meta gives it, else the username.
+local function from_account(account, c)
+  if type(c.from) == "table" and c.from.id then return c.from.id == account.platform_account_id end
+  return account.username ~= nil and c.username == account.username
+end
+
+-- The account's reply with this message since the operation began, that no
+-- other operation has claimed. Replies come oldest first: read them all.
+function M.find_reply(ctx)
+  local comment = ctx.comment.platform_comment_id
+  local found, err = graph.find_recent(comment .. "/replies", ctx.account.access_token, {
+    fields = "id,text,username,from{id},timestamp", oldest_first = true, pages = 10,
+    text_field = "text", time_field = "timestamp", text = ctx.message, since = ctx.since,
+    accept = function(c) return from_account(ctx.account, c) and not (ctx.taken or {})[c.id] end,
+  })
+  if found == nil then return nil, err end
+  if not found then return graph.not_found() end
+  return graph.done(found.id, comment)
+end
+
+function M.set_hidden(ctx, hidden)
+  return graph.settled(graph.call("POST", ctx.comment.platform_comment_id,
+    { hide = hidden and "true" or "false" }, ctx.account.access_token))
+end
+
+-- As on Facebook: a comment Instagram no longer has is deleted.
+function M.delete(ctx)
+  local value, err = graph.call("DELETE", ctx.comment.platform_comment_id, {}, ctx.account.access_token)
+  if not value and err.platform_code == "100/33" then return graph.done() end
+  return graph.settled(value, err)
+end
+
+local REPLY_FIELDS = "id,text,username,from{id,username},timestamp,like_count,hidden"
+local FETCH_FIELDS = "id,text,username,from{id,username},timestamp,like_count,hidden,parent_id,replies{"
+  .. REPLY_FIELDS .. "}"
+-- Most extra pages of replies read for one comment in one fetch.
+local REPLY_PAGES = 10
+
+local function observe(ctx, c, parent)
+  local from = type(c.from) == "table" and c.from or {}
+  return graph.observation(ctx, {
+    platform_comment_id = c.id,
+    parent_platform_comment_id = parent or c.parent_id,
+    text = type(c.text) == "string" and c.text or "",
+    author_platform_id = from.id, author_name = c.username or from.username,
+    is_from_account = from_account(ctx.account, c),
+    is_hidden = c.hidden == true,
+    like_count = math.tointeger(tonumber(c.like_count)),
+    created_at = graph.parse_time(c.timestamp),
+  })
+end
+
+-- Replies beyond those Meta embeds in a comment, page by page.
+local function more_replies(ctx, comment_id, cursor, out)
+  local usage
+  for _ = 1, REPLY_PAGES do
+    if not cursor then break end
+    local value, err, _, headers = graph.call("GET", comment_id .. "/replies",
+      { fields = REPLY_FIELDS, limit = 50, after = cursor }, ctx.account.access_token)
+    usage = graph.max_usage(usage, graph.usage(headers))
+    if not value then return nil, err, usage end
+    for _, r in ipairs(type(value.data) == "table" and value.data or {}) do out[#out + 1] = observe(ctx, r, comment_id) end
+    cursor = graph.next_cursor(value)
+  end
+  return true, nil, usage
+end
+
+-- One page of top-level comments with their replies. ctx: account,
+-- target.platform_post_id, version. Returns { observations, cursor, usage }
+-- or nil, err, usage.
+function M.fetch_comments(ctx, cursor)
+  local value, err, _, headers = graph.call("GET", ctx.target.platform_post_id .. "/comments",
+    { fields = FETCH_FIELDS, limit = 50, after = cursor }, ctx.account.access_token)
+  local usage = graph.usage(headers)
+  if not value then return nil, err, usage end
+  local observations = {}
+  for _, c in ipairs(type(value.data) == "table" and value.data or {}) do
+    observations[#observations + 1] = observe(ctx, c)
+    local replies = type(c.replies) == "table" and c.replies or {}
+    for _, r in ipairs(type(replies.data) == "table" and replies.data or {}) do
+      observations[#observations + 1] = observe(ctx, r, c.id)
+    end
+    local ok, rerr, rusage = more_replies(ctx, c.id, graph.next_cursor(replies), observations)
+    usage = graph.max_usage(usage, rusage)
+    if not ok then return nil, rerr, usage end
+  end
+  return { observations = observations, cursor = graph.next_cursor(value), usage = usage }
+end
+
 return M

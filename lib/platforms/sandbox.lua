@@ -35,12 +35,17 @@ local function scripted_failure(account_id)
   return rows[1] and rows[1].error_class
 end
 
+-- The error outcome of the next scripted failure, if one remains.
+local function scripted_error(account_id)
+  local class = scripted_failure(account_id)
+  if not class then return nil end
+  return { status = "error", error = { code = class, message = MESSAGES[class] or class,
+    platform_code = "sandbox", retry_after = class == "rate_limited" and 1 or nil } }
+end
+
 function M.publish(ctx)
-  local class = scripted_failure(ctx.account.id)
-  if class then
-    return { status = "error", error = { code = class, message = MESSAGES[class] or class,
-      platform_code = "sandbox", retry_after = class == "rate_limited" and 1 or nil } }
-  end
+  local failed = scripted_error(ctx.account.id)
+  if failed then return failed end
   local id
   if ctx.account.platform == "facebook" then
     id = ctx.account.platform_account_id .. "_" .. digits(16)
@@ -60,6 +65,40 @@ function M.resolve(ctx)
   if not rows[1] then return { status = "not_found" } end
   local id = rows[1].platform_post_id
   return { status = "published", platform_post_id = id, permalink_url = permalink_of(ctx.account, id) }
+end
+
+-- Comments: the simulator keeps no comments of its own (sgw's comments table
+-- is the only record), so a reply just gets a platform-shaped id, and hiding
+-- or deleting succeeds, unless a scripted failure says otherwise.
+function M.reply(ctx)
+  local failed = scripted_error(ctx.account.id)
+  if failed then return failed end
+  local c = ctx.comment
+  local parent = c.platform_comment_id
+  local id = digits(18)
+  if ctx.account.platform == "facebook" then
+    parent = c.parent_platform_comment_id or c.platform_comment_id -- threads are one level deep
+    id = c.platform_post_id:match("_(%d+)$") .. "_" .. digits(16)
+  end
+  return { status = "done", platform_comment_id = id, parent_platform_comment_id = parent }
+end
+
+-- The simulator always answers, so no reply is ever in doubt.
+function M.find_reply()
+  return { status = "not_found" }
+end
+
+function M.set_hidden(ctx)
+  return scripted_error(ctx.account.id) or { status = "done" }
+end
+
+function M.delete(ctx)
+  return scripted_error(ctx.account.id) or { status = "done" }
+end
+
+-- Sandbox comments arrive through POST /api/v1/sandbox/comments only.
+function M.fetch_comments()
+  return { observations = {}, usage = { app = 0, account = 0 } }
 end
 
 return M

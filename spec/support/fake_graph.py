@@ -1612,6 +1612,7 @@ class Server(ThreadingHTTPServer):
     request_queue_size = 128
 
 
+import fake_graph_comments; fake_graph_comments.install(sys.modules[__name__])  # noqa: E402,E702 comments, Meta webhooks
 import fake_graph_oauth; fake_graph_oauth.install(sys.modules[__name__])  # noqa: E402,E702 Facebook Login: dialog, tokens, /me
 
 
