@@ -8,15 +8,8 @@ local cjson = require "cjson.safe"
 
 local ENCRYPTION_KEY = stack.ENCRYPTION_KEY
 
--- The routes as handlers/routes.lua declares them; added to the private root
--- only while the repository's own routes lack them.
-local ROUTES = {
-  { handler = "api/uploads_create", line = '{ method = "POST", path = "/api/v1/uploads", handler = "api/uploads_create", '
-    .. 'scope = "uploads:write", raw_body = true, max_body = "uploads.max_request_bytes", idempotency = "optional" }' },
-  { handler = "media/get", line = '{ method = "GET", path = "/media/{file}", handler = "media/get", auth = false, rate_limit = "media.rate_limit_per_minute" }' },
-  -- test only: media.url and media.find_upload as the caller's client sees them
-  { handler = "test/media_probe", line = '{ method = "GET", path = "/test/media/{uploadId}", handler = "test/media_probe", scope = "uploads:write" }' },
-}
+-- test only: media.url and media.find_upload as the caller's client sees them
+local PROBE_ROUTE = '{ method = "GET", path = "/test/media/{uploadId}", handler = "test/media_probe", scope = "uploads:write" }'
 
 local PROBE = [[
 local media = require "media"
@@ -38,12 +31,9 @@ local function make_root()
   local root = fixture_root.create("uploads")
   fixture_root.write(root .. "/handlers/test/media_probe.lua", PROBE)
   local path = root .. "/handlers/routes.lua"
-  local text = read(path)
-  local add = {}
-  for _, r in ipairs(ROUTES) do
-    if not text:find('"' .. r.handler .. '"', 1, true) then add[#add + 1] = "routes[#routes + 1] = " .. r.line .. "\n" end
-  end
-  local patched, n = text:gsub("\nreturn routes%s*$", function() return "\n" .. table.concat(add) .. "return routes\n" end)
+  local patched, n = read(path):gsub("\nreturn routes%s*$", function()
+    return "\nroutes[#routes + 1] = " .. PROBE_ROUTE .. "\nreturn routes\n"
+  end)
   assert(n == 1, "handlers/routes.lua no longer ends with 'return routes'")
   fixture_root.write(path, patched)
   return root

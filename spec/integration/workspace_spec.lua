@@ -16,55 +16,6 @@ local ENCRYPTION_KEY = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
 local APP_ID, APP_SECRET = "100000000000123", "fake-app-secret" -- the fake's defaults
 local PASSWORD = "correct horse battery"
 
--- The workspace's routes and configuration keys as handlers/routes.lua and
--- config/sgw.conf declare them; added to the private root only while the
--- repository's own files lack them.
-local ROUTES = [[
--- Web workspace (/workspace): people, not API clients. The pages check their
--- own session cookie and CSRF token (lib/workspace/), take HTML forms, and
--- have a per-address limit of their own.
-for _, r in ipairs {
-  { "GET", "/workspace", "workspace/home" },
-  { "GET", "/workspace/static/{file}", "workspace/static" },
-  { "GET", "/workspace/signup", "workspace/signup" },
-  { "POST", "/workspace/signup", "workspace/signup" },
-  { "GET", "/workspace/login", "workspace/login" },
-  { "POST", "/workspace/login", "workspace/login" },
-  { "POST", "/workspace/logout", "workspace/logout" },
-  { "GET", "/workspace/connections", "workspace/connections" },
-  { "POST", "/workspace/connections/test-pages", "workspace/test_pages" },
-  { "GET", "/workspace/connections/{accountId}/disconnect", "workspace/disconnect" },
-  { "POST", "/workspace/connections/{accountId}/disconnect", "workspace/disconnect" },
-  { "GET", "/workspace/facebook/connect", "workspace/facebook_connect" },
-  { "GET", "/workspace/facebook/callback", "workspace/facebook_callback" },
-  { "POST", "/workspace/facebook/pick", "workspace/facebook_pick" },
-  { "GET", "/workspace/clients", "workspace/clients" },
-  { "POST", "/workspace/clients", "workspace/clients" },
-  { "GET", "/workspace/clients/new", "workspace/client_new" },
-  { "GET", "/workspace/clients/{clientId}", "workspace/client" },
-  { "POST", "/workspace/clients/{clientId}/rotate", "workspace/client_rotate" },
-  { "GET", "/workspace/clients/{clientId}/revoke", "workspace/client_revoke" },
-  { "POST", "/workspace/clients/{clientId}/revoke", "workspace/client_revoke" },
-} do
-  routes[#routes + 1] = { method = r[1], path = r[2], handler = r[3], auth = false, raw_body = r[1] == "POST",
-    max_body = 65536, rate_limit = "workspace.rate_limit_per_minute" }
-end
-]]
-
-local CONFIG = [[
-
-# --- Web workspace (/workspace) ----------------------------------------------------
-# Requests per minute per address to the workspace's pages (people click; scripts hammer).
-workspace.rate_limit_per_minute = 300
-# How long a sign-in lasts (hours; fractions allowed).
-workspace.session_hours = 12
-# Sign-in limits, counted in Redis over windows of window_seconds: failed attempts per
-# email (guessing one person's password), and all attempts per address (trying many emails).
-workspace.login.max_failures_per_email = 5
-workspace.login.max_attempts_per_address = 30
-workspace.login.window_seconds = 900
-]]
-
 -- test only: `sgw user create` as the host runs it, with a console whose
 -- read_secret answers what standard input would.
 local USER_CLI = [[
@@ -91,13 +42,10 @@ local function make_root()
   local code, out = stack.sh("cp -r " .. stack.shell_quote(repo .. "/config") .. " "
     .. stack.shell_quote(repo .. "/migrations") .. " " .. stack.shell_quote(root) .. "/")
   assert(code == 0, out)
-  local conf = read(root .. "/config/sgw.conf")
-  if not conf:find("workspace.session_hours", 1, true) then fixture_root.write(root .. "/config/sgw.conf", conf .. CONFIG) end
   fixture_root.write(root .. "/handlers/test/workspace_user_cli.lua", USER_CLI)
   local path = root .. "/handlers/routes.lua"
   local text = read(path)
-  local add = text:find('"workspace/home"', 1, true) and "" or ROUTES
-  add = add .. 'routes[#routes + 1] = { method = "POST", path = "/test/workspace/user-cli", handler = "test/workspace_user_cli", auth = false }\n'
+  local add = 'routes[#routes + 1] = { method = "POST", path = "/test/workspace/user-cli", handler = "test/workspace_user_cli", auth = false }\n'
   local patched, n = text:gsub("\nreturn routes%s*$", function() return "\n" .. add .. "return routes\n" end)
   assert(n == 1, "handlers/routes.lua no longer ends with 'return routes'")
   fixture_root.write(path, patched)

@@ -315,9 +315,28 @@ local function el(self, target)
   return self:wait_for(target).id
 end
 
---- Clicks an element (or the one a CSS selector finds).
+-- Whether clicking the element loads a new page: a form's submit button or
+-- a link. Marks the current document, so the new one can be told from it.
+local LEAVES_PAGE = [[
+  var e = arguments[0];
+  var leaves = (e.type === 'submit' && !!e.form) || (e.tagName === 'A' && !!e.href && e.href.indexOf('#') < 0);
+  if (leaves) window.__sgwOldPage = true;
+  return leaves;
+]]
+
+--- Clicks an element (or the one a CSS selector finds). A click that loads a
+--- new page returns once that page has loaded, so what is read next is never
+--- read from the page being left.
 function Session:click(target)
-  self:cmd("POST", "/element/" .. el(self, target) .. "/click")
+  local id = el(self, target)
+  local ref = { [M.ELEMENT] = id }
+  local leaves = self:execute(LEAVES_PAGE, { ref })
+  self:cmd("POST", "/element/" .. id .. "/click")
+  if leaves == true then
+    stack.eventually(function()
+      return self:execute("return !window.__sgwOldPage && document.readyState === 'complete'") == true
+    end, 10, 0.05, "the page after the click never loaded")
+  end
 end
 
 --- Types text into an input (after clearing it unless opts.append).
