@@ -28,10 +28,30 @@ local routes = {
   -- is the credential.
   { method = "GET", path = "/media/{file}", handler = "media/get", auth = false, rate_limit = "media.rate_limit_per_minute" },
 
+  { method = "GET", path = "/api/v1/posts/{postId}/comments", handler = "api/comments_list", scope = "comments:read" },
+  { method = "GET", path = "/api/v1/comments/{commentId}", handler = "api/comments_get", scope = "comments:read" },
+  { method = "POST", path = "/api/v1/comments/{commentId}/replies", handler = "api/comments_reply",
+    scope = "comments:write", idempotency = "optional" },
+  { method = "POST", path = "/api/v1/comments/{commentId}/hide", handler = "api/comments_hide",
+    scope = "comments:write", idempotency = "optional" },
+  { method = "POST", path = "/api/v1/comments/{commentId}/unhide", handler = "api/comments_unhide",
+    scope = "comments:write", idempotency = "optional" },
+  { method = "DELETE", path = "/api/v1/comments/{commentId}", handler = "api/comments_delete",
+    scope = "comments:write", idempotency = "optional" },
+
+  -- Meta's webhooks: the handshake answers to the verify token, deliveries
+  -- to their signature. Meta sends from few addresses, many at once.
+  { method = "GET", path = "/webhooks/meta", handler = "webhooks/meta_verify", auth = false,
+    rate_limit = "meta.webhook_rate_limit_per_minute" },
+  { method = "POST", path = "/webhooks/meta", handler = "webhooks/meta_receive", auth = false, raw_body = true,
+    max_body = "meta.webhook_max_bytes", rate_limit = "meta.webhook_rate_limit_per_minute" },
+
   -- Sandbox tools: test credentials only.
   { method = "POST", path = "/api/v1/sandbox/accounts", handler = "api/sandbox_accounts_create",
     scope = "sandbox:write", sandbox_only = true, idempotency = "optional" },
   { method = "POST", path = "/api/v1/sandbox/failures", handler = "api/sandbox_failures_create",
+    scope = "sandbox:write", sandbox_only = true, idempotency = "optional" },
+  { method = "POST", path = "/api/v1/sandbox/comments", handler = "api/sandbox_comments_create",
     scope = "sandbox:write", sandbox_only = true, idempotency = "optional" },
 }
 

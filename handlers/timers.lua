@@ -3,4 +3,6 @@
 return {
   -- Expired Idempotency-Keys and their stored responses (lib/idempotency.lua).
   { name = "idempotency.cleanup", every = 3600, job = "idempotency_cleanup" },
+  -- Comments the Meta webhooks missed (lib/comment_sync.lua).
+  { name = "comments.sync", every = "sync.interval_seconds", job = "sync_comments" },
 }

@@ -1,0 +1,25 @@
+-- GET /api/v1/posts/{postId}/comments?cursor=&limit= : every comment of every
+-- target of the post, oldest first, keyset-paged.
+local problem = require "problem"
+local posts = require "posts"
+local comments = require "comments"
+local cursor = require "cursor"
+local json = require "json"
+
+return function(req, ctx)
+  local q = req.query
+  local limit, lerr = cursor.limit(q.limit, 25, 100)
+  if not limit then problem.raise(400, "invalid_parameter", lerr) end
+  local after
+  if q.cursor then
+    after = cursor.decode(q.cursor, { t = "string", id = "string" })
+    -- t goes into SQL as a timestamp: a forged one must not become a 500.
+    if after and not after.t:match("^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d%.%d+Z$") then after = nil end
+    if not after then problem.raise(400, "invalid_cursor", "The cursor is not one this API gave out.") end
+  end
+  if not posts.find(ctx.client, req.params.postId) then problem.raise(404, "not_found", "No post with this id.") end
+  local rows, next_position = comments.list(ctx.client, req.params.postId, after, limit)
+  local data = {}
+  for i, r in ipairs(rows) do data[i] = comments.present(r) end
+  return 200, { data = json.array(data), nextCursor = next_position and cursor.encode(next_position) or json.null }
+end

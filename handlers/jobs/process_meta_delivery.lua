@@ -1,0 +1,44 @@
+-- Job: one stored Meta delivery becomes comment observations, applied in
+-- one transaction with its events and its processed mark, so running it
+-- twice changes nothing.
+local json = require "json"
+local meta_webhooks = require "meta_webhooks"
+local comments = require "comments"
+
+-- The accounts standing for a Page or Instagram user, asked once per delivery.
+local function account_lookup()
+  local cache = {}
+  return function(platform, platform_account_id)
+    local key = platform .. ":" .. platform_account_id
+    if not cache[key] then
+      local rows = assert(db.query([[SELECT id FROM social_accounts WHERE platform = $1 AND platform_account_id = $2
+          ORDER BY id]], platform, platform_account_id))
+      local ids = {}
+      for i, r in ipairs(rows) do ids[i] = r.id end
+      cache[key] = ids
+    end
+    return cache[key]
+  end
+end
+
+return function(payload)
+  local id = math.tointeger(payload.deliveryId)
+  if not id then error("process_meta_delivery: deliveryId must be an integer", 0) end
+  db.transaction(function()
+    local rows = assert(db.query([[SELECT body FROM meta_webhook_deliveries
+        WHERE id = $1 AND processed_at IS NULL FOR UPDATE]], id))
+    if not rows[1] then return end
+    local delivery = json.decode(rows[1].body)
+    local observations, skipped = meta_webhooks.normalize(delivery, account_lookup())
+    local created = comments.apply(observations)
+    comments.announce(created)
+    -- A delivery skipped as a whole (not a page or instagram object) keeps why.
+    local whole = skipped[1] and skipped[1].entry == nil and skipped[1].reason or nil
+    if #skipped > 0 then
+      log.info("meta_delivery_skipped", { deliveryId = id, skipped = #skipped, first = skipped[1].reason })
+    end
+    assert(db.exec([[UPDATE meta_webhook_deliveries SET processed_at = now(), error = $2, result = $3::jsonb
+        WHERE id = $1]], id, whole,
+      json.encode({ observations = #observations, created = #created, skipped = json.array(skipped) })))
+  end)
+end

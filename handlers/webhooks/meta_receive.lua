@@ -1,0 +1,29 @@
+-- POST /webhooks/meta: a Meta delivery. The signature is checked over the
+-- raw bytes (Meta escapes non-ASCII as \uXXXX; a re-serialised body would not
+-- match); a signed delivery is stored durably before the 200, and the job
+-- process_meta_delivery turns it into comments.
+local problem = require "problem"
+local json = require "json"
+local jobs = require "jobs"
+
+local function signed(req)
+  local secret = config.get("meta.app_secret") or ""
+  local given = (req.headers["x-hub-signature-256"] or ""):match("^sha256=(%x+)$")
+  if secret == "" or not given or #given ~= 64 then return false end
+  return crypto.constant_eq(given:lower(), crypto.hmac_sha256_hex(secret, req.body or ""))
+end
+
+return function(req)
+  if not signed(req) then
+    return problem.response(req, 401, "unauthenticated", "X-Hub-Signature-256 is missing or does not match the body.")
+  end
+  local delivery = json.decode(req.body or "")
+  if type(delivery) ~= "table" then
+    return problem.response(req, 400, "invalid_json", "The body is not a JSON object.")
+  end
+  db.transaction(function()
+    local rows = assert(db.query("INSERT INTO meta_webhook_deliveries (body) VALUES ($1) RETURNING id", req.body))
+    assert(jobs.enqueue("process_meta_delivery", { deliveryId = rows[1].id }, { max_attempts = 20 }))
+  end)
+  return 200, { received = true }
+end

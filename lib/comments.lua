@@ -1,0 +1,191 @@
+-- Comments: the one write path (apply), how they are shown, found and listed.
+-- See docs/comments.md.
+local json = require "json"
+local sqltime = require "sqltime"
+local events = require "events"
+
+local M = {}
+
+local COLUMNS = { "id", "company_id", "environment", "post_target_id", "post_id", "social_account_id", "platform",
+  "platform_comment_id", "platform_post_id", "parent_platform_comment_id", "text", "author_platform_id",
+  "author_name", "is_from_account", "is_hidden", "is_deleted", "like_count" }
+
+local function select_list(prefix)
+  local out = {}
+  for i, c in ipairs(COLUMNS) do out[i] = prefix .. c end
+  out[#out + 1] = sqltime.iso(prefix .. "created_at", "created_at")
+  out[#out + 1] = sqltime.iso(prefix .. "updated_at", "updated_at")
+  return table.concat(out, ", ")
+end
+
+-- How each column of an existing row takes an observation (`excluded`).
+-- Fields with a version change only for a strictly newer observation, so a
+-- redelivery or an older change that arrives late is a no-op; nil keeps.
+-- `shown`: the column is part of the API shape (a change bumps updated_at).
+local function newer(col, version_col)
+  return ("CASE WHEN excluded.%s > coalesce(comments.%s, '-Infinity') THEN excluded.%s ELSE comments.%s END")
+    :format(version_col, version_col, col, col)
+end
+local MERGE = {
+  { "text", newer("text", "text_version"), shown = true },
+  { "text_version", "greatest(comments.text_version, excluded.text_version)" },
+  { "is_hidden", newer("is_hidden", "hidden_version"), shown = true },
+  { "hidden_version", "greatest(comments.hidden_version, excluded.hidden_version)" },
+  { "like_count", newer("like_count", "like_version"), shown = true },
+  { "like_version", "greatest(comments.like_version, excluded.like_version)" },
+  -- Deletion is final; authorship and threading do not change once known.
+  { "is_deleted", "comments.is_deleted OR excluded.is_deleted", shown = true },
+  { "is_from_account", "comments.is_from_account OR excluded.is_from_account", shown = true },
+  { "author_platform_id", "coalesce(comments.author_platform_id, excluded.author_platform_id)", shown = true },
+  { "parent_platform_comment_id", "coalesce(comments.parent_platform_comment_id, excluded.parent_platform_comment_id)", shown = true },
+  -- A name can change: the newest observation that has one wins.
+  { "author_name", [[CASE WHEN excluded.author_name IS NOT NULL AND (comments.author_name IS NULL
+      OR excluded.version > comments.version) THEN excluded.author_name ELSE comments.author_name END]], shown = true },
+  -- A row first seen through an edit, removal or hide learns its creation
+  -- time from the creation when that arrives.
+  { "created_at", [[CASE WHEN NOT comments.created_at_known AND excluded.created_at_known THEN excluded.created_at
+      ELSE comments.created_at END]], shown = true },
+  { "created_at_known", "comments.created_at_known OR excluded.created_at_known" },
+  { "version", "greatest(comments.version, excluded.version)" },
+}
+
+local function upsert_sql()
+  local set, new, old, new_shown, old_shown = {}, {}, {}, {}, {}
+  for i, m in ipairs(MERGE) do
+    set[i] = m[1] .. " = " .. m[2]
+    new[i], old[i] = "(" .. m[2] .. ")", "comments." .. m[1]
+    if m.shown then
+      new_shown[#new_shown + 1], old_shown[#old_shown + 1] = new[i], old[i]
+    end
+  end
+  set[#set + 1] = ("updated_at = CASE WHEN (%s) IS DISTINCT FROM (%s) THEN now() ELSE comments.updated_at END")
+    :format(table.concat(new_shown, ", "), table.concat(old_shown, ", "))
+  return [[
+WITH obs AS (
+  SELECT o.*, t.id AS target_id, t.post_id, t.company_id, t.environment
+    FROM jsonb_to_recordset($1::jsonb) AS o(id text, social_account_id text, platform text, platform_post_id text,
+           platform_comment_id text, parent_platform_comment_id text, text text, author_platform_id text,
+           author_name text, is_from_account boolean, is_hidden boolean, is_deleted boolean, like_count integer,
+           created_at double precision, version double precision)
+    -- Only comments on targets we published; anything else is not ours.
+    JOIN post_targets t ON t.social_account_id = o.social_account_id AND t.platform_post_id = o.platform_post_id
+                       AND t.platform = o.platform AND t.status = 'published'
+), up AS (
+  INSERT INTO comments (id, company_id, environment, post_target_id, post_id, social_account_id, platform,
+      platform_comment_id, platform_post_id, parent_platform_comment_id, text, author_platform_id, author_name,
+      is_from_account, is_hidden, is_deleted, like_count, created_at, created_at_known, version,
+      text_version, hidden_version, like_version)
+  SELECT id, company_id, environment, target_id, post_id, social_account_id, platform,
+      platform_comment_id, platform_post_id, parent_platform_comment_id, text, author_platform_id, author_name,
+      coalesce(is_from_account, false), coalesce(is_hidden, false), coalesce(is_deleted, false), coalesce(like_count, 0),
+      to_timestamp(coalesce(created_at, version)), created_at IS NOT NULL, version,
+      CASE WHEN text IS NOT NULL THEN version END, CASE WHEN is_hidden IS NOT NULL THEN version END,
+      CASE WHEN like_count IS NOT NULL THEN version END
+    FROM obs
+    -- One lock order for every caller, so concurrent batches cannot deadlock.
+    ORDER BY social_account_id, platform_comment_id
+  ON CONFLICT (social_account_id, platform_comment_id) DO UPDATE SET ]] .. table.concat(set, ",\n      ") .. [[
+
+    -- Nothing to write when the observation changes nothing (a redelivery).
+    WHERE (]] .. table.concat(new, ", ") .. [[) IS DISTINCT FROM (]] .. table.concat(old, ", ") .. [[)
+  RETURNING comments.*, (xmax = 0) AS created
+)
+SELECT ]] .. select_list("up.") .. [[, up.created, p.client_id
+  FROM up JOIN posts p ON p.id = up.post_id]]
+end
+local UPSERT = upsert_sql()
+
+local REQUIRED = { "social_account_id", "platform", "platform_post_id", "platform_comment_id", "version" }
+
+-- apply(observations) -> created rows, changed rows (created included)
+-- Rows carry the columns of COLUMNS, created_at/updated_at as the API shows
+-- them, and client_id (the client that created the post).
+-- One statement per batch; several observations of the same comment in one
+-- batch go in successive statements, in their order (PostgreSQL cannot
+-- upsert one row twice in one statement).
+function M.apply(observations)
+  local rounds, seen = {}, {}
+  for _, o in ipairs(observations) do
+    for _, k in ipairs(REQUIRED) do
+      if o[k] == nil then error("comments.apply: observation without " .. k, 2) end
+    end
+    local key = o.social_account_id .. "\0" .. o.platform_comment_id
+    local n = (seen[key] or 0) + 1
+    seen[key] = n
+    rounds[n] = rounds[n] or {}
+    local row = { id = "cmt_" .. crypto.random_token(24) }
+    for k, v in pairs(o) do row[k] = v end
+    table.insert(rounds[n], row)
+  end
+  local created, changed = {}, {}
+  for _, batch in ipairs(rounds) do
+    local rows = assert(db.query(UPSERT, json.encode(batch)))
+    for _, r in ipairs(rows) do
+      changed[#changed + 1] = r
+      if r.created then created[#created + 1] = r end
+    end
+  end
+  return created, changed
+end
+
+-- The Comment of spec 2.1. Fields no observation has told us yet show as
+-- empty strings rather than break the shape.
+function M.present(row)
+  return {
+    id = row.id,
+    platform = row.platform,
+    socialAccountId = row.social_account_id,
+    postTargetId = row.post_target_id,
+    platformCommentId = row.platform_comment_id,
+    platformPostId = row.platform_post_id,
+    parentPlatformCommentId = row.parent_platform_comment_id or json.null,
+    text = row.text or "",
+    author = { platformId = row.author_platform_id or "", name = row.author_name or "" },
+    isFromAccount = row.is_from_account == true,
+    isHidden = row.is_hidden == true,
+    isDeleted = row.is_deleted == true,
+    likeCount = row.like_count or 0,
+    createdAt = row.created_at,
+    updatedAt = row.updated_at,
+  }
+end
+
+-- social.comment.received for each new comment someone else wrote, to the
+-- client that created the post. Inside the caller's transaction.
+function M.announce(created)
+  for _, r in ipairs(created) do
+    if not r.is_from_account then
+      events.emit({ company_id = r.company_id, environment = r.environment, client_id = r.client_id },
+        "social.comment.received", { comment = M.present(r) })
+    end
+  end
+end
+
+-- A comment of the caller's company and environment, or nil.
+function M.find(client, id)
+  if type(id) ~= "string" or #id > 64 then return nil end
+  local rows = assert(db.query("SELECT " .. select_list("") .. [[ FROM comments
+      WHERE id = $1 AND company_id = $2 AND environment = $3]], id, client.company_id, client.environment))
+  return rows[1]
+end
+
+-- One page of a post's comments, oldest first (created_at, id), after the
+-- position `after` ({t, id} from a cursor, or nil). Returns rows and the
+-- position after the last one when more follow, else nil.
+function M.list(client, post_id, after, limit)
+  -- Qualified names: the output column created_at is the formatted text.
+  local rows = assert(db.query("SELECT " .. select_list("c.") .. ", " .. sqltime.exact("c.created_at", "position_t") .. [[
+      FROM comments c
+      WHERE c.post_id = $1 AND c.company_id = $2 AND c.environment = $3
+        AND ($4::timestamptz IS NULL OR (c.created_at, c.id) > ($4::timestamptz, $5))
+      ORDER BY c.created_at, c.id LIMIT $6]],
+    post_id, client.company_id, client.environment, after and after.t, after and after.id, limit + 1))
+  local next_position
+  if #rows > limit then
+    rows[#rows] = nil
+    next_position = { t = rows[limit].position_t, id = rows[limit].id }
+  end
+  return rows, next_position
+end
+
+return M

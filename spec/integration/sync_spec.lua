@@ -1,0 +1,237 @@
+-- The periodic comment sync against the fake Graph API: comments whose
+-- webhook never came (the fake drops it: deliver=false) show up after a run,
+-- replies and hidden ones included, Instagram replies beyond those Meta
+-- embeds too; webhooks and sync racing never make a comment twice; high
+-- usage makes a run stop early and the next one goes on; a failing account
+-- leaves the others alone; old posts are left out; the timer runs it.
+local stack = require "stack"
+local cjson = require "cjson.safe"
+local comment_stack = require "comment_stack"
+
+describe("comment sync", function()
+  local env, fake
+
+  setup(function()
+    env = comment_stack.start({ name = "sync" })
+    fake = env.fake
+  end)
+
+  teardown(function() comment_stack.stop() end)
+
+  before_each(function()
+    fake.clear_failures()
+    fake.config({ app_usage_min = 0, buc_usage_min = 0, comment_replies_embedded = 25 })
+  end)
+
+  local function sync() env.run_job("sync_comments") end
+
+  -- The comment in sgw with this platform id, or nil (no waiting).
+  local function in_sgw(platform_comment_id)
+    return env.count("SELECT count(*) FROM comments WHERE platform_comment_id = '" .. platform_comment_id .. "'")
+  end
+
+  local function missed(t, body)
+    body.deliver = false
+    body.from = body.from or { id = "100" .. math.random(1e6, 9e6), name = "Quiet User" }
+    local made = t.fake_comment(body)
+    assert.are.equal(cjson.null, made.delivery)
+    return made.comment
+  end
+
+  local function graph_gets(path)
+    return #fake.requests({ method = "GET", path = path })
+  end
+
+  describe("one Page", function()
+    local t, post, target
+
+    setup(function()
+      t = comment_stack.live_tenant(env, "Sync Co")
+      post, target = t.publish_text("Synced post")
+    end)
+
+    it("finds what the webhooks missed: comments, replies, hidden ones, edits", function()
+      local top = missed(t, { post_id = target.platformPostId, message = "Nobody told sgw", like_count = 3 })
+      local reply = missed(t, { post_id = target.platformPostId, message = "Me neither", parent_id = top.id })
+      local hidden = missed(t, { post_id = target.platformPostId, message = "Hide me" })
+      fake.control("POST", "comments/" .. hidden.id .. "/hide", { deliver = false })
+      env.deliveries_processed()
+      assert.are.equal(0, in_sgw(top.id))
+      sync()
+      local got = t.comment(post, top.id, 1)
+      assert.are.equal("Nobody told sgw", got.text)
+      assert.are.equal(top.from.id, got.author.platformId)
+      assert.are.equal("Quiet User", got.author.name)
+      assert.are.equal(3, got.likeCount)
+      assert.is_false(got.isFromAccount)
+      assert.are.equal(cjson.null, got.parentPlatformCommentId)
+      assert.are.equal(top.created_time:sub(1, 19), got.createdAt:sub(1, 19))
+      assert.are.equal(top.id, t.comment(post, reply.id, 1).parentPlatformCommentId)
+      assert.is_true(t.comment(post, hidden.id, 1).isHidden)
+      -- An edit the webhook missed too.
+      fake.control("POST", "comments/" .. top.id .. "/edit", { message = "Edited quietly", deliver = false })
+      sync()
+      assert.are.equal("Edited quietly", t.get(got.id).text)
+      -- The client heard of the new comments as if by webhook, once each.
+      assert.are.equal(1, env.count("SELECT count(*) FROM events WHERE type = 'social.comment.received' AND "
+        .. "data->'comment'->>'platformCommentId' = '" .. top.id .. "'"))
+      sync()
+      assert.are.equal(1, env.count("SELECT count(*) FROM events WHERE type = 'social.comment.received' AND "
+        .. "data->'comment'->>'platformCommentId' = '" .. top.id .. "'"))
+    end)
+
+    it("never makes a comment twice when webhooks and sync race", function()
+      local ids = {}
+      for i = 1, 20 do
+        local made = t.fake_comment({ post_id = target.platformPostId, message = "Racing " .. i,
+          from = { id = "2000" .. i, name = "Racer" } })
+        ids[#ids + 1] = made.comment.id
+        if i % 5 == 0 then env.sql("WITH j AS (INSERT INTO jobs (kind, payload) VALUES ('sync_comments', '{}') "
+          .. "RETURNING id) SELECT pg_notify('sgw_jobs', '') FROM j") end
+      end
+      sync()
+      env.deliveries_processed()
+      for _, id in ipairs(ids) do
+        assert.are.equal(1, in_sgw(id))
+        assert.are.equal(1, env.count("SELECT count(*) FROM events WHERE type = 'social.comment.received' AND "
+          .. "data->'comment'->>'platformCommentId' = '" .. id .. "'"), id)
+      end
+    end)
+
+    it("keeps a webhook's change that came while an older sync was on its way", function()
+      local c = missed(t, { post_id = target.platformPostId, message = "Before" })
+      sync()
+      local id = t.comment(post, c.id, 1).id
+      -- The next sync reads the comment, and its answer takes 1.5 s to come
+      -- back; meanwhile the user edits and hides, and those webhooks land.
+      local listing = "/" .. target.platformPostId .. "/comments"
+      fake.fail({ match = { method = "GET", path = listing }, count = 1, kind = "timeout_after_commit", delay_ms = 1500 })
+      local seen = graph_gets(listing)
+      local job = env.start_job("sync_comments")
+      stack.eventually(function() return graph_gets(listing) > seen end, 10, 0.01, "the sync to read the comments")
+      fake.control("POST", "comments/" .. c.id .. "/edit", { message = "After" })
+      fake.control("POST", "comments/" .. c.id .. "/hide", {})
+      env.deliveries_processed()
+      env.wait_job(job)
+      local got = t.get(id)
+      assert.are.equal("After", got.text)
+      assert.is_true(got.isHidden)
+      -- And the next sync, which sees the same, changes nothing.
+      sync()
+      got = t.get(id)
+      assert.are.equal("After", got.text)
+      assert.is_true(got.isHidden)
+    end)
+
+    it("stops an account above 80 % of its usage and goes on at the next run", function()
+      local comments = {}
+      for i = 1, 3 do
+        local _, tg = t.publish_text("Busy page post " .. i)
+        comments[i] = missed(t, { post_id = tg.platformPostId, message = "Busy " .. i })
+      end
+      fake.config({ buc_usage_min = 85 })
+      local before = #fake.requests({ method = "GET" })
+      sync()
+      local found = 0
+      for _, c in ipairs(comments) do found = found + in_sgw(c.id) end
+      assert.are.equal(1, found, "synced under pressure")
+      assert.are.equal(1, #fake.requests({ method = "GET" }) - before, "one Graph read, then it stopped")
+      fake.config({ buc_usage_min = 0 })
+      sync()
+      for _, c in ipairs(comments) do assert.are.equal(1, in_sgw(c.id), c.message) end
+    end)
+
+    it("stops the whole run above 80 % of the app's usage", function()
+      local other = comment_stack.live_tenant(env, "Other Page Co")
+      local _, other_target = other.publish_text("Other page post")
+      local a = missed(t, { post_id = target.platformPostId, message = "App busy A" })
+      local b = missed(other, { post_id = other_target.platformPostId, message = "App busy B" })
+      fake.config({ app_usage_min = 90 })
+      local before = #fake.requests({ method = "GET" })
+      sync()
+      assert.are.equal(1, #fake.requests({ method = "GET" }) - before, "one Graph read, then it stopped")
+      fake.config({ app_usage_min = 0 })
+      sync()
+      assert.are.equal(1, in_sgw(a.id))
+      assert.are.equal(1, in_sgw(b.id))
+    end)
+
+    it("reads every page of a busy post", function()
+      local _, busy = t.publish_text("Very busy post")
+      local first, last
+      for i = 1, 230 do
+        local c = missed(t, { post_id = busy.platformPostId, message = "Crowd " .. i })
+        first, last = first or c, c
+      end
+      local before = graph_gets("/" .. busy.platformPostId .. "/comments")
+      sync()
+      assert.are.equal(3, graph_gets("/" .. busy.platformPostId .. "/comments") - before, "100 per page")
+      assert.are.equal(1, in_sgw(first.id))
+      assert.are.equal(1, in_sgw(last.id))
+      assert.are.equal(230, env.count("SELECT count(*) FROM comments WHERE platform_post_id = '" .. busy.platformPostId .. "'"))
+    end)
+
+    it("leaves out targets published before sync.lookback_days", function()
+      local _, old = t.publish_text("An old post")
+      env.sql("UPDATE post_targets SET published_at = now() - interval '8 days' WHERE id = '" .. old.id .. "'")
+      local c = missed(t, { post_id = old.platformPostId, message = "On an old post" })
+      local before = graph_gets("/" .. old.platformPostId .. "/comments")
+      sync()
+      assert.are.equal(0, in_sgw(c.id))
+      assert.are.equal(before, graph_gets("/" .. old.platformPostId .. "/comments"))
+    end)
+  end)
+
+  it("reads Instagram comments and every reply, beyond those Meta embeds", function()
+    local t = comment_stack.live_tenant(env, "IG Sync Co")
+    local post, target = t.publish_image("Synced IG post")
+    fake.config({ comment_replies_embedded = 2 })
+    local top = missed(t, { media_id = target.platformPostId, text = "First!", from = { id = "17841400000000009", username = "early" } })
+    local replies = {}
+    for i = 1, 5 do
+      replies[i] = missed(t, { media_id = target.platformPostId, text = "Reply " .. i, parent_id = top.id,
+        from = { id = "1784140000000001" .. i, username = "r" .. i } })
+    end
+    sync()
+    local got = t.comment(post, top.id, 1)
+    assert.are.equal("First!", got.text)
+    assert.are.equal("early", got.author.name)
+    for _, r in ipairs(replies) do
+      local c = t.comment(post, r.id, 1)
+      assert.are.equal(top.id, c.parentPlatformCommentId)
+      assert.are.equal(r.message, c.text)
+    end
+    assert.is_true(graph_gets("/" .. top.id .. "/replies") >= 1, "the replies past the embedded ones were read")
+  end)
+
+  it("goes on with the other accounts when one fails", function()
+    local broken = comment_stack.live_tenant(env, "Broken Co")
+    local fine = comment_stack.live_tenant(env, "Fine Co")
+    local _, bt = broken.publish_text("Broken page post")
+    local _, ft = fine.publish_text("Fine page post")
+    local b = missed(broken, { post_id = bt.platformPostId, message = "Unreachable" })
+    local f = missed(fine, { post_id = ft.platformPostId, message = "Reachable" })
+    fake.expire_token(broken.page.access_token)
+    fake.fail({ match = { method = "GET", account = fine.page.id, path = "/{post}/comments" }, count = 1, preset = "transient" })
+    sync()
+    -- A 500 for one read is not the end of that account next time either.
+    sync()
+    fake.expire_token(broken.page.access_token, false)
+    assert.are.equal(0, in_sgw(b.id))
+    assert.are.equal(1, in_sgw(f.id))
+    assert.matches("expired", env.sql("SELECT error FROM comment_sync WHERE post_target_id = '" .. bt.id .. "'"))
+  end)
+end)
+
+describe("comment sync timer", function()
+  teardown(function() comment_stack.stop() end)
+
+  it("runs every sync.interval_seconds by itself", function()
+    local env = comment_stack.start({ name = "sync-timer", set = { ["sync.interval_seconds"] = 1 } })
+    local t = comment_stack.live_tenant(env, "Timer Co")
+    local post, target = t.publish_text("Timer post")
+    local made = t.fake_comment({ post_id = target.platformPostId, message = "Found by the timer", deliver = false,
+      from = { id = "3000", name = "Tim" } })
+    assert.are.equal("Found by the timer", t.comment(post, made.comment.id, 10).text)
+  end)
+end)
