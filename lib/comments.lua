@@ -153,12 +153,14 @@ end
 -- social.comment.received for each new comment someone else wrote, to the
 -- client that created the post. Inside the caller's transaction.
 function M.announce(created)
+  local list = {}
   for _, r in ipairs(created) do
     if not r.is_from_account then
-      events.emit({ company_id = r.company_id, environment = r.environment, client_id = r.client_id },
-        "social.comment.received", { comment = M.present(r) })
+      list[#list + 1] = { client = { company_id = r.company_id, environment = r.environment, client_id = r.client_id },
+        type = "social.comment.received", data = { comment = M.present(r) } }
     end
   end
+  events.emit_many(list)
 end
 
 -- A comment of the caller's company and environment, or nil.

@@ -8,17 +8,31 @@ local webhooks = require "webhooks"
 
 local M = {}
 
--- Must run inside the caller's transaction.
+-- Must run inside the caller's transaction. Returns the event id.
 function M.emit(client, type, data)
-  local id = "evt_" .. crypto.random_token(24)
+  return M.emit_many({ { client = client, type = type, data = data } })[1]
+end
+
+-- Several events ({client, type, data} each) in the statements one takes,
+-- however many there are: a Meta delivery can bring hundreds of new
+-- comments. Must run inside the caller's transaction. Returns their ids.
+function M.emit_many(list)
+  if #list == 0 then return {} end
   local created = clock.now()
-  local data_json = json.encode(data)
+  local rows, ids = {}, {}
+  for i, e in ipairs(list) do
+    local id, data_json = "evt_" .. crypto.random_token(24), json.encode(e.data)
+    ids[i] = id
+    rows[i] = { id = id, company_id = e.client.company_id, environment = e.client.environment,
+      client_id = e.client.client_id, type = e.type, data = data_json,
+      body = webhooks.body(id, e.type, created, e.client.environment, data_json) }
+  end
   assert(db.exec([[INSERT INTO events (id, company_id, environment, client_id, type, data, body, created_at)
-      VALUES ($1, $2, $3, $4, $5, $6, $7, to_timestamp($8))]], id, client.company_id, client.environment,
-    client.client_id, type, data_json, webhooks.body(id, type, created, client.environment, data_json), created))
-  webhooks.enqueue(id, client.client_id)
-  if M.on_emit then M.on_emit(id, client) end
-  return id
+      SELECT id, company_id, environment, client_id, type, data::jsonb, body, to_timestamp($2)
+        FROM jsonb_to_recordset($1::jsonb) AS e(id text, company_id text, environment text, client_id text,
+               type text, data text, body text)]], json.encode(rows), created))
+  webhooks.enqueue_many(rows)
+  return ids
 end
 
 return M

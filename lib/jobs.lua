@@ -7,19 +7,15 @@
 -- the workers is delivered at that commit too.
 local M = {}
 
--- jobs.enqueue(kind, payload, opts) -> id | nil, err
--- opts: run_at (unix seconds, by clock.now()), delay (seconds),
--- max_attempts (default jobs.max_attempts).
-function M.enqueue(kind, payload, opts)
+-- The kind and options checked; returns the delay in seconds and
+-- max_attempts. Errors name the caller of enqueue/enqueue_many (level 3).
+local function settings(name, kind, opts)
   if type(kind) ~= "string" or not kind:match("^[a-z0-9_.]+$") or kind:find("..", 1, true)
     or kind:sub(1, 1) == "." or kind:sub(-1) == "." then
-    error("jobs.enqueue: kind must match [a-z0-9_.]+", 2)
-  end
-  if payload ~= nil and type(payload) ~= "table" then
-    error("jobs.enqueue: payload must be a table", 2)
+    error(name .. ": kind must match [a-z0-9_.]+", 3)
   end
   if opts ~= nil and type(opts) ~= "table" then
-    error("jobs.enqueue: opts must be a table", 2)
+    error(name .. ": opts must be a table", 3)
   end
   opts = opts or {}
 
@@ -29,10 +25,10 @@ function M.enqueue(kind, payload, opts)
   -- would make a scheduled job due early by the transaction's age.
   local delay = 0
   if opts.run_at ~= nil then
-    if type(opts.run_at) ~= "number" then error("jobs.enqueue: run_at must be a number", 2) end
+    if type(opts.run_at) ~= "number" then error(name .. ": run_at must be a number", 3) end
     delay = opts.run_at - clock.now()
   elseif opts.delay ~= nil then
-    if type(opts.delay) ~= "number" then error("jobs.enqueue: delay must be a number", 2) end
+    if type(opts.delay) ~= "number" then error(name .. ": delay must be a number", 3) end
     delay = opts.delay
   end
   if delay < 0 then delay = 0 end
@@ -42,9 +38,26 @@ function M.enqueue(kind, payload, opts)
     max_attempts = config.get("jobs.max_attempts") or 10
   end
   if math.type(max_attempts) ~= "integer" or max_attempts < 1 then
-    error("jobs.enqueue: max_attempts must be a positive integer", 2)
+    error(name .. ": max_attempts must be a positive integer", 3)
   end
+  return delay, max_attempts
+end
 
+-- Wakes the job workers (delivered at the caller's commit).
+local function notify(result)
+  local ok, err = db.exec("NOTIFY sgw_jobs")
+  if not ok then return nil, err end
+  return result
+end
+
+-- jobs.enqueue(kind, payload, opts) -> id | nil, err
+-- opts: run_at (unix seconds, by clock.now()), delay (seconds),
+-- max_attempts (default jobs.max_attempts).
+function M.enqueue(kind, payload, opts)
+  if payload ~= nil and type(payload) ~= "table" then
+    error("jobs.enqueue: payload must be a table", 2)
+  end
+  local delay, max_attempts = settings("jobs.enqueue", kind, opts)
   local rows, err = db.query(
     "INSERT INTO jobs (kind, payload, run_at, max_attempts) "
       .. "VALUES ($1, $2, clock_timestamp() + make_interval(secs => $3), $4) RETURNING id",
@@ -52,11 +65,32 @@ function M.enqueue(kind, payload, opts)
   if not rows then
     return nil, err
   end
-  local ok, nerr = db.exec("NOTIFY sgw_jobs")
-  if not ok then
-    return nil, nerr
+  return notify(rows[1].id)
+end
+
+-- jobs.enqueue_many(kind, payloads, opts) -> ids (in the order of payloads)
+-- | nil, err: one job per payload, in one statement, with the same opts.
+function M.enqueue_many(kind, payloads, opts)
+  if type(payloads) ~= "table" then
+    error("jobs.enqueue_many: payloads must be a list of tables", 2)
   end
-  return rows[1].id
+  for _, p in ipairs(payloads) do
+    if type(p) ~= "table" then error("jobs.enqueue_many: payloads must be a list of tables", 2) end
+  end
+  local delay, max_attempts = settings("jobs.enqueue_many", kind, opts)
+  if #payloads == 0 then return {} end
+  local rows, err = db.query([[
+    INSERT INTO jobs (kind, payload, run_at, max_attempts)
+    SELECT $1, p.value, clock_timestamp() + make_interval(secs => $3), $4
+      FROM jsonb_array_elements($2::jsonb) WITH ORDINALITY AS p(value, n) ORDER BY p.n
+    RETURNING id]], kind, payloads, delay, max_attempts)
+  if not rows then
+    return nil, err
+  end
+  local ids = {}
+  for i, r in ipairs(rows) do ids[i] = r.id end
+  table.sort(ids) -- bigserial follows the insert order
+  return notify(ids)
 end
 
 return M

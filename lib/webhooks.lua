@@ -41,17 +41,25 @@ function M.next_retry_in(attempt, created, now, random)
   return math.min(wait, deadline - now)
 end
 
--- Inside the transaction that writes the event, so the job exists exactly
--- when the event does.
-function M.enqueue(event_id, client_id)
-  local rows = assert(db.query([[SELECT 1 AS yes FROM api_clients WHERE id = $1 AND webhook_url IS NOT NULL
-      AND webhook_disabled_at IS NULL AND revoked_at IS NULL]], client_id))
-  if rows[1] then
-    -- Failed deliveries come back through retry_in, which never buries a
-    -- job; max_attempts only bounds raised errors (a database outage, an
-    -- unreadable secret).
-    assert(jobs.enqueue("deliver_event", { eventId = event_id }, { max_attempts = 1000 }))
+-- A deliver_event job for each event ({id, client_id}) whose client has an
+-- active endpoint. Inside the transaction that writes the events, so a job
+-- exists exactly when its event does.
+function M.enqueue_many(events)
+  local client_ids = {}
+  for _, e in ipairs(events) do client_ids[#client_ids + 1] = e.client_id end
+  local rows = assert(db.query([[SELECT id FROM api_clients
+      WHERE id IN (SELECT jsonb_array_elements_text($1::jsonb)) AND webhook_url IS NOT NULL
+        AND webhook_disabled_at IS NULL AND revoked_at IS NULL]], client_ids))
+  local active = {}
+  for _, r in ipairs(rows) do active[r.id] = true end
+  local payloads = {}
+  for _, e in ipairs(events) do
+    if active[e.client_id] then payloads[#payloads + 1] = { eventId = e.id } end
   end
+  -- Failed deliveries come back through retry_in, which never buries a
+  -- job; max_attempts only bounds raised errors (a database outage, an
+  -- unreadable secret).
+  assert(jobs.enqueue_many("deliver_event", payloads, { max_attempts = 1000 }))
 end
 
 local EVENT_SQL = [[

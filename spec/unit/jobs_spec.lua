@@ -61,4 +61,29 @@ describe("jobs.enqueue", function()
     assert.is_nil(id)
     assert.truthy(err:find("does not exist", 1, true))
   end)
+
+  it("enqueues many jobs in one statement and wakes the workers once", function()
+    _G.db.query = function(sql, ...)
+      calls[#calls + 1] = { sql = sql, args = { ... } }
+      return { { id = 8 }, { id = 7 }, affected = 2 }
+    end
+    assert.same({ 7, 8 }, jobs.enqueue_many("deliver_event", { { eventId = "evt_1" }, { eventId = "evt_2" } },
+      { max_attempts = 1000 }))
+    assert.equal(2, #calls)
+    assert.truthy(calls[1].sql:find("INSERT INTO jobs", 1, true))
+    assert.same({ "deliver_event", { { eventId = "evt_1" }, { eventId = "evt_2" } }, 0, 1000 }, calls[1].args)
+    assert.equal("NOTIFY sgw_jobs", calls[2].sql)
+  end)
+
+  it("enqueues nothing, and wakes no one, for no payloads", function()
+    assert.same({}, jobs.enqueue_many("a", {}))
+    assert.equal(0, #calls)
+  end)
+
+  it("refuses bad arguments to enqueue_many", function()
+    assert.has_error(function() jobs.enqueue_many("a", "payloads") end)
+    assert.has_error(function() jobs.enqueue_many("a", { "not a table" }) end)
+    assert.has_error(function() jobs.enqueue_many("Bad Kind", { {} }) end)
+    assert.equal(0, #calls)
+  end)
 end)
