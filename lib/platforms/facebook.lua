@@ -75,17 +75,10 @@ function M.find_reply(ctx)
 end
 
 function M.set_hidden(ctx, hidden)
-  return graph.settled(graph.call("POST", ctx.comment.platform_comment_id,
-    { is_hidden = hidden and "true" or "false" }, ctx.account.access_token))
+  return graph.set_comment_hidden(ctx, "is_hidden", hidden)
 end
 
--- A comment Meta no longer has is as deleted as we wanted it (a retry after
--- a lost answer, or someone was quicker).
-function M.delete(ctx)
-  local value, err = graph.call("DELETE", ctx.comment.platform_comment_id, {}, ctx.account.access_token)
-  if not value and err.platform_code == "100/33" then return graph.done() end
-  return graph.settled(value, err)
-end
+M.delete = graph.delete_comment
 
 local FETCH_FIELDS = "id,message,from{id,name},created_time,like_count,is_hidden,parent{id}"
 

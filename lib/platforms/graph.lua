@@ -191,6 +191,22 @@ function M.settled(value, err)
   return { status = "error", error = err }
 end
 
+-- DELETE of a comment (both platforms). One Meta no longer has is as
+-- deleted as we wanted it (a retry after a lost answer, or someone was
+-- quicker).
+function M.delete_comment(ctx)
+  local value, err = M.call("DELETE", ctx.comment.platform_comment_id, {}, ctx.account.access_token)
+  if not value and err.platform_code == "100/33" then return M.done() end
+  return M.settled(value, err)
+end
+
+-- Hides or shows a comment; `param` is the platform's name for it
+-- (Facebook is_hidden, Instagram hide).
+function M.set_comment_hidden(ctx, param, hidden)
+  return M.settled(M.call("POST", ctx.comment.platform_comment_id,
+    { [param] = hidden and "true" or "false" }, ctx.account.access_token))
+end
+
 -- Meta's usage in percent, split by whom it limits: the app as a whole
 -- (X-App-Usage: stop everything) or this account (X-Page-Usage and
 -- X-Business-Use-Case-Usage: leave this account alone for a while).

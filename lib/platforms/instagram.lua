@@ -138,16 +138,10 @@ function M.find_reply(ctx)
 end
 
 function M.set_hidden(ctx, hidden)
-  return graph.settled(graph.call("POST", ctx.comment.platform_comment_id,
-    { hide = hidden and "true" or "false" }, ctx.account.access_token))
+  return graph.set_comment_hidden(ctx, "hide", hidden)
 end
 
--- As on Facebook: a comment Instagram no longer has is deleted.
-function M.delete(ctx)
-  local value, err = graph.call("DELETE", ctx.comment.platform_comment_id, {}, ctx.account.access_token)
-  if not value and err.platform_code == "100/33" then return graph.done() end
-  return graph.settled(value, err)
-end
+M.delete = graph.delete_comment
 
 local REPLY_FIELDS = "id,text,username,from{id,username},timestamp,like_count,hidden"
 local FETCH_FIELDS = "id,text,username,from{id,username},timestamp,like_count,hidden,parent_id,replies{"

@@ -4,27 +4,10 @@
 -- observations for comments.apply with the usage Meta reported.
 local fake_host = require "fake_host"
 local cjson = require "cjson"
-local form = require "form"
+local graph = require "scripted_graph"
 
-local BASE = "https://graph.test/v21.0"
-local TOKEN = "EAAB-page-token-secret"
-local T0 = 1700000000
-
-local calls, script
-
-local function on(expect, answer)
-  answer = answer or {}
-  answer.expect = expect
-  script[#script + 1] = answer
-end
-
-local function ok(body, headers)
-  return { status = 200, body = cjson.encode(body), headers = headers or {} }
-end
-
-local function graph_error(status, err)
-  return { status = status, body = cjson.encode({ error = err }), headers = {} }
-end
+local BASE, TOKEN, T0 = graph.BASE, graph.TOKEN, 1700000000
+local calls, script, on, ok, graph_error = graph.calls, graph.script, graph.on, graph.ok, graph.graph_error
 
 local function usage_headers(app, account)
   return { ["x-app-usage"] = cjson.encode({ call_count = app }),
@@ -34,20 +17,7 @@ end
 local function install()
   fake_host.install({ ["meta.graph_base_url"] = BASE })
   clock.set(T0)
-  calls, script = {}, {}
-  _G.http = {
-    request = function(req)
-      local url, query = req.url:match("^([^?]*)%??(.*)$")
-      local params = assert(form.parse(req.method == "POST" and req.body or query))
-      params.access_token = nil
-      calls[#calls + 1] = { method = req.method, path = url:sub(#BASE + 2), params = params }
-      local step = assert(table.remove(script, 1), "unexpected Graph call " .. req.method .. " " .. url)
-      assert.equal(step.expect, req.method .. " " .. url:sub(#BASE + 2))
-      if step.fail then return nil, "scripted " .. step.fail, step.fail end
-      return { status = step.status, headers = step.headers or {}, body = step.body }
-    end,
-  }
-  for _, m in ipairs { "platforms.graph", "platforms.facebook", "platforms.instagram" } do package.loaded[m] = nil end
+  graph.install({ strip_token = true })
 end
 
 local function ctx(platform, comment, extra)

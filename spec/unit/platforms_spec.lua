@@ -2,54 +2,22 @@
 -- each expected Graph call in order, with what it answers.
 local fake_host = require "fake_host"
 local cjson = require "cjson"
-local form = require "form"
+local graph = require "scripted_graph"
 
-local BASE = "https://graph.test/v21.0"
-local TOKEN = "EAAB-page-token-secret"
-local T0 = 1700000000
-
-local calls, script, logged, saved
-
--- One scripted answer: expect "METHOD path", answer {status, body, headers}
--- or fail = kind.
-local function on(expect, answer)
-  answer = answer or {}
-  answer.expect = expect
-  script[#script + 1] = answer
-end
-
-local function ok(body, headers)
-  return { status = 200, body = cjson.encode(body), headers = headers or {} }
-end
-
-local function graph_error(status, err)
-  return { status = status, body = cjson.encode({ error = err }), headers = {} }
-end
+local BASE, TOKEN, T0 = graph.BASE, graph.TOKEN, 1700000000
+local calls, script, on, ok, graph_error = graph.calls, graph.script, graph.on, graph.ok, graph.graph_error
+local logged, saved
 
 local function install()
   fake_host.install({ ["meta.graph_base_url"] = BASE, ["meta.instagram_container_poll_seconds"] = 2,
     ["meta.instagram_container_max_wait_seconds"] = 300 })
   clock.set(T0)
-  calls, script, logged, saved = {}, {}, {}, {}
+  logged, saved = {}, {}
   local function capture(level)
     return function(event, fields) logged[#logged + 1] = { level, event, cjson.encode(fields or {}) } end
   end
   _G.log = { debug = capture("debug"), info = capture("info"), warn = capture("warn"), error = capture("error") }
-  _G.http = {
-    request = function(req)
-      local url, query = req.url:match("^([^?]*)%??(.*)$")
-      assert.equal(BASE, url:sub(1, #BASE))
-      local params = assert(form.parse(req.method == "POST" and req.body or query))
-      local call = { method = req.method, path = url:sub(#BASE + 2), params = params, timeout = req.timeout }
-      calls[#calls + 1] = call
-      local step = table.remove(script, 1)
-      assert(step, "unexpected Graph call " .. call.method .. " " .. call.path)
-      assert.equal(step.expect, call.method .. " " .. call.path)
-      if step.fail then return nil, "scripted " .. step.fail, step.fail end
-      return { status = step.status, headers = step.headers or {}, body = step.body }
-    end,
-  }
-  package.loaded["platforms.graph"], package.loaded["platforms.facebook"], package.loaded["platforms.instagram"] = nil, nil, nil
+  graph.install()
 end
 
 local function ctx(content, extra)
