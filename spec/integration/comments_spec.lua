@@ -135,17 +135,20 @@ describe("comments", function()
     return fb_target.platformPostId:match("_(%d+)$") .. "_" .. (900000 + seq)
   end
 
-  setup(function()
-    sgw = stack.start_sgw {
-      name = "comments",
-      set = {
-        ["crypto.encryption_key"] = ENCRYPTION_KEY,
-        ["meta.app_secret"] = APP_SECRET,
-        ["meta.webhook_verify_token"] = VERIFY_TOKEN,
-        ["api.rate_limit.per_minute"] = 1000000,
-        ["jobs.poll_interval_ms"] = 100,
-      },
+  local function settings(more)
+    local set = {
+      ["crypto.encryption_key"] = ENCRYPTION_KEY,
+      ["meta.app_secret"] = APP_SECRET,
+      ["meta.webhook_verify_token"] = VERIFY_TOKEN,
+      ["api.rate_limit.per_minute"] = 1000000,
+      ["jobs.poll_interval_ms"] = 100,
     }
+    for k, v in pairs(more or {}) do set[k] = v end
+    return set
+  end
+
+  setup(function()
+    sgw = stack.start_sgw { name = "comments", set = settings() }
     local company = cli(sgw, { "company", "create", "--name", "Comments Co" }).companyId
     local all = "accounts:read posts:read posts:write operations:read comments:read sandbox:write"
     key = cli(sgw, { "client", "create", "--company", company, "--environment", "test", "--scopes", all }).apiKey
@@ -525,6 +528,38 @@ describe("comments", function()
         { ["X-Api-Key"] = live_key })
       assert.are.equal(403, status)
       assert.are.equal("sandbox_only", body.code)
+    end)
+  end)
+  describe("faults", function()
+    it("keeps a delivery acknowledged just before sgw died, and stores each comment and event once", function()
+      local database_url = sgw.database_url
+      assert(sgw:stop())
+      -- An instance that runs no jobs: it stores and acknowledges the
+      -- delivery, and dies before anything processes it.
+      sgw = stack.start_sgw { name = "comments-ingest-only", database_url = database_url, migrate = false,
+        set = settings({ ["jobs.workers"] = 0 }) }
+      local ids, changes = {}, {}
+      for i = 1, 3 do
+        ids[i] = fb_comment_id()
+        changes[i] = fb_change("add", ids[i], T0 + 600 + i, { message = "just before the crash " .. i })
+      end
+      local delivery = cjson.encode(page(changes))
+      assert.are.equal(200, (deliver(delivery)))
+      assert.are.equal(137, sgw:kill())
+      local pending = count("SELECT count(*) FROM meta_webhook_deliveries WHERE processed_at IS NULL")
+      assert.are.equal(1, pending, "the acknowledged delivery is stored, not yet processed")
+
+      sgw = stack.start_sgw { name = "comments-restarted", database_url = database_url, migrate = false, set = settings() }
+      processed()
+      -- Meta redelivers what it was unsure of: nothing changes.
+      assert.are.equal(200, (deliver(delivery)))
+      processed()
+      for i, id in ipairs(ids) do
+        assert.are.equal("just before the crash " .. i, get_comment(id).text)
+        assert.are.equal(1, count("SELECT count(*) FROM comments WHERE platform_comment_id = '" .. id .. "'"))
+        assert.are.equal(1, count("SELECT count(*) FROM events WHERE type = 'social.comment.received' "
+          .. "AND data->'comment'->>'platformCommentId' = '" .. id .. "'"))
+      end
     end)
   end)
 end)
