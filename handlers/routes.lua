@@ -7,6 +7,9 @@
 --   sandbox_only        test credentials only (403 sandbox_only otherwise)
 --   idempotency         "required" or "optional": Idempotency-Key handling
 --   raw_body            any media type (forms, uploads, webhooks)
+--   validates_body      the handler checks the whole JSON body (lib/fields.lua,
+--                       lib/post_rules.lua) and reports a companyId with every
+--                       other problem; otherwise the dispatcher refuses one alone
 --   max_body            a byte count or a config key (default http.max_body_bytes)
 --   rate_limit = false  no rate limit (with auth = false; benchmark routes only)
 --   rate_limit = "key"  (auth = false) a per-address limit of its own, from config key "key"
@@ -15,7 +18,7 @@ local routes = {
   { method = "POST", path = "/oauth/token", handler = "oauth/token", auth = false, raw_body = true, max_body = 16384 },
   { method = "GET", path = "/api/v1/social-accounts", handler = "api/social_accounts_list", scope = "accounts:read" },
 
-  { method = "POST", path = "/api/v1/posts", handler = "api/posts_create", scope = "posts:write", idempotency = "required" },
+  { method = "POST", path = "/api/v1/posts", handler = "api/posts_create", scope = "posts:write", idempotency = "required", validates_body = true },
   { method = "GET", path = "/api/v1/posts", handler = "api/posts_list", scope = "posts:read" },
   { method = "GET", path = "/api/v1/posts/{postId}", handler = "api/posts_get", scope = "posts:read" },
   { method = "POST", path = "/api/v1/posts/{postId}/cancel", handler = "api/posts_cancel", scope = "posts:write", idempotency = "optional" },
@@ -31,13 +34,13 @@ local routes = {
   { method = "GET", path = "/api/v1/posts/{postId}/comments", handler = "api/comments_list", scope = "comments:read" },
   { method = "GET", path = "/api/v1/comments/{commentId}", handler = "api/comments_get", scope = "comments:read" },
   { method = "POST", path = "/api/v1/comments/{commentId}/replies", handler = "api/comments_reply",
-    scope = "comments:write", idempotency = "optional" },
+    scope = "comments:write", idempotency = "optional", validates_body = true },
   { method = "POST", path = "/api/v1/comments/{commentId}/hide", handler = "api/comments_hide",
-    scope = "comments:write", idempotency = "optional" },
+    scope = "comments:write", idempotency = "optional", validates_body = true },
   { method = "POST", path = "/api/v1/comments/{commentId}/unhide", handler = "api/comments_unhide",
-    scope = "comments:write", idempotency = "optional" },
+    scope = "comments:write", idempotency = "optional", validates_body = true },
   { method = "DELETE", path = "/api/v1/comments/{commentId}", handler = "api/comments_delete",
-    scope = "comments:write", idempotency = "optional" },
+    scope = "comments:write", idempotency = "optional", validates_body = true },
 
   -- Meta's webhooks: the handshake answers to the verify token, deliveries
   -- to their signature. Meta sends from few addresses, many at once.
@@ -48,11 +51,11 @@ local routes = {
 
   -- Sandbox tools: test credentials only.
   { method = "POST", path = "/api/v1/sandbox/accounts", handler = "api/sandbox_accounts_create",
-    scope = "sandbox:write", sandbox_only = true, idempotency = "optional" },
+    scope = "sandbox:write", sandbox_only = true, idempotency = "optional", validates_body = true },
   { method = "POST", path = "/api/v1/sandbox/failures", handler = "api/sandbox_failures_create",
-    scope = "sandbox:write", sandbox_only = true, idempotency = "optional" },
+    scope = "sandbox:write", sandbox_only = true, idempotency = "optional", validates_body = true },
   { method = "POST", path = "/api/v1/sandbox/comments", handler = "api/sandbox_comments_create",
-    scope = "sandbox:write", sandbox_only = true, idempotency = "optional" },
+    scope = "sandbox:write", sandbox_only = true, idempotency = "optional", validates_body = true },
 }
 
 -- Web workspace (/workspace): people, not API clients. The pages check their

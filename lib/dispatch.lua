@@ -9,6 +9,7 @@ local auth = require "auth"
 local credentials = require "credentials"
 local ratelimit = require "ratelimit"
 local idempotency = require "idempotency"
+local fields = require "fields"
 
 local M = {}
 
@@ -38,22 +39,6 @@ local function is_json_type(ct)
   local media = ct:match("^%s*([^;%s]+)")
   media = media and media:lower()
   return media == "application/json" or (media ~= nil and media:match("^application/[%w.+-]+%+json$") ~= nil)
-end
-
--- The company comes only from the credential: a companyId anywhere in a
--- body is refused, with every place it appears.
-local function company_fields(value, pointer, found)
-  if type(value) ~= "table" then return found end
-  for k, v in pairs(value) do
-    local key = type(k) == "number" and tostring(k - 1) or tostring(k)
-    local here = pointer .. "/" .. key:gsub("~", "~0"):gsub("/", "~1")
-    if k == "companyId" then
-      found[#found + 1] = { field = here, code = "field_not_allowed",
-        message = "The company is taken from the credential; do not send companyId." }
-    end
-    company_fields(v, here, found)
-  end
-  return found
 end
 
 local function with_traceback(err)
@@ -139,9 +124,16 @@ local function run(req, ctx)
     if value == nil then
       return problem.response(req, 400, "invalid_json", "The body is not valid JSON: " .. tostring(err) .. ".")
     end
-    local forbidden = company_fields(value, "", {})
-    if #forbidden > 0 then
-      return problem.response(req, 422, "validation_failed", "The request has invalid fields.", { errors = forbidden })
+    -- The company comes only from the credential. A route whose handler
+    -- checks the whole body reports companyId with every other problem.
+    if not route.validates_body then
+      local forbidden = {}
+      fields.company_fields(value, "", function(field, code, message)
+        forbidden[#forbidden + 1] = { field = field, code = code, message = message }
+      end)
+      if #forbidden > 0 then
+        return problem.response(req, 422, "validation_failed", "The request has invalid fields.", { errors = forbidden })
+      end
     end
     req.json = value
   end

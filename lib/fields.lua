@@ -3,6 +3,30 @@
 -- fields; posts have their own rules (post_rules).
 local M = {}
 
+M.COMPANY_MESSAGE = "The company is taken from the credential; do not send companyId."
+
+local function pointer(at, key)
+  return at .. "/" .. tostring(key):gsub("~", "~0"):gsub("/", "~1")
+end
+
+-- The company comes only from the credential: calls add(field, code,
+-- message) for every companyId in value, at any depth (field: a JSON
+-- Pointer below `at`), in a stable order.
+function M.company_fields(value, at, add)
+  if type(value) ~= "table" then return end
+  local keys = {}
+  for k in pairs(value) do keys[#keys + 1] = k end
+  table.sort(keys, function(a, b)
+    if type(a) == type(b) then return a < b end
+    return type(a) == "number"
+  end)
+  for _, k in ipairs(keys) do
+    local here = pointer(at, math.type(k) == "integer" and k - 1 or k)
+    if k == "companyId" then add(here, "field_not_allowed", M.COMPANY_MESSAGE) end
+    M.company_fields(value[k], here, add)
+  end
+end
+
 -- spec: { name = { type = "string"|"integer"|"boolean", required = bool,
 --                  enum = {...}, min = n, max = n } }   (min/max: length or value)
 function M.check(body, spec)
@@ -14,8 +38,11 @@ function M.check(body, spec)
     return { { field = "", code = "invalid_value", message = "The body must be a JSON object." } }
   end
   for name in pairs(body) do
-    if not spec[name] then add(name, "unknown_field", "Unknown field " .. name .. ".") end
+    if not spec[name] and name ~= "companyId" then add(name, "unknown_field", "Unknown field " .. name .. ".") end
   end
+  M.company_fields(body, "", function(field, code, message)
+    errors[#errors + 1] = { field = field, code = code, message = message }
+  end)
   for name, rule in pairs(spec) do
     local v = body[name]
     if v == nil then

@@ -13,6 +13,8 @@
 --
 -- Platform rules (what Instagram accepts) live here too: refusing at creation gives the
 -- client a 422 with every problem, instead of a target that fails minutes later.
+local fields = require "fields"
+
 local M = {}
 
 local LIMITS = {
@@ -43,8 +45,6 @@ local USES = {
   link = { message = true, link = true },
   image = { message = true, imageUrl = true },
 }
-
-local COMPANY_MESSAGE = "The company is taken from the credential; do not send companyId."
 
 ---------------------------------------------------------------------------
 -- JSON values as decoded by cjson
@@ -121,26 +121,13 @@ local function take(ctx, obj, at, key, want, required)
   return v
 end
 
--- Refuses fields the object does not know; companyId is reported by company_fields.
+-- Refuses fields the object does not know; companyId is reported by fields.company_fields.
 local function unknown_fields(ctx, obj, at, allowed)
   for _, k in ipairs(sorted_keys(obj)) do
     if not allowed[k] and k ~= "companyId" then
       ctx.add(pointer(at, k), "unknown_field",
         ("Unknown field %s; remove it. Allowed here: %s."):format(k, table.concat(sorted_keys(allowed), ", ")))
     end
-  end
-end
-
--- The company comes only from the credential: every companyId, at any depth.
-local function company_fields(ctx, value, at)
-  if type(value) ~= "table" then return end
-  local array = json_type(value) == "array"
-  for _, k in ipairs(array and {} or sorted_keys(value)) do
-    if k == "companyId" then ctx.add(pointer(at, k), "field_not_allowed", COMPANY_MESSAGE) end
-    company_fields(ctx, value[k], pointer(at, k))
-  end
-  if array then
-    for i, v in ipairs(value) do company_fields(ctx, v, pointer(at, i - 1)) end
   end
 end
 
@@ -508,7 +495,7 @@ function M.validate(body, env)
     ctx.add("", "invalid_value", "The request body must be a JSON object.")
     return nil, ctx.errors
   end
-  company_fields(ctx, body, "")
+  fields.company_fields(body, "", ctx.add)
   unknown_fields(ctx, body, "", ALLOWED.body)
 
   local targets = check_targets(ctx, body)

@@ -110,6 +110,7 @@ describe("posts", function()
       targets = { { socialAccountId = ig.id, platform = "instagram" }, { socialAccountId = "acc_nope", platform = "facebook" } },
       content = { type = "text", message = "Instagram refuses text" },
       publishing = { mode = "scheduled", scheduledAt = "2001-01-01T00:00:00Z" },
+      companyId = "cmp_someone_else",
     })
     assert.are.equal(422, status)
     assert.are.equal("validation_failed", body.code)
@@ -118,6 +119,7 @@ describe("posts", function()
     assert.is_truthy(codes.unsupported_content_type)
     assert.is_truthy(codes.unknown_account)
     assert.is_truthy(codes.scheduled_at_in_past)
+    assert.are.equal("/companyId", codes.field_not_allowed)
     local _, after = api("GET", "/api/v1/posts?limit=100")
     assert.are.equal(#before.data, #after.data)
   end)
