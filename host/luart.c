@@ -460,6 +460,19 @@ static void open_libs(lua_State *L) {
         luaL_requiref(L, l->name, l->func, 1);
         lua_pop(L, 1);
     }
+    /* Lua seeds math.random from the time in seconds and the state's
+     * address; instances started in the same second with the same heap
+     * layout (sanitizer allocators have none of ASLR's randomness) would
+     * draw the same numbers. Seed every state from the CSPRNG instead. */
+    lua_Integer seed[2];
+    if (crypto_random(seed, sizeof seed) != 0) return;   /* Lua's own seed stays */
+    if (lua_getglobal(L, LUA_MATHLIBNAME) == LUA_TTABLE) {
+        lua_getfield(L, -1, "randomseed");
+        lua_pushinteger(L, seed[0]);
+        lua_pushinteger(L, seed[1]);
+        if (lua_pcall(L, 2, 0, 0) != LUA_OK) lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
 }
 
 /* Creates a state for generation g with the host API of worker w.

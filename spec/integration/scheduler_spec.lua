@@ -47,11 +47,23 @@ local function tenant(inst)
   return t
 end
 
+-- What a post that is not final is waiting for: its targets and their jobs.
+local function stuck(url)
+  return stack.psql(url, [[SELECT string_agg(format('%s %s: target %s %s attempts %s next %s; jobs %s', p.id, p.status,
+      t.id, t.status, t.attempts, t.next_attempt_at,
+      (SELECT string_agg(format('%s %s run_at %s attempts %s/%s locked_by %s until %s error %s', j.id, j.status, j.run_at,
+         j.attempts, j.max_attempts, j.locked_by, j.locked_until, j.last_error), ', ')
+         FROM jobs j WHERE j.payload->>'targetId' = t.id)), E'\n')
+    FROM posts p JOIN post_targets t ON t.post_id = p.id
+   WHERE p.status NOT IN ('published','partially_published','failed','cancelled')]])
+end
+
 local function all_final(inst, url, expected)
-  stack.eventually(function()
+  local ok, err = pcall(stack.eventually, function()
     local out = stack.psql(url, "SELECT count(*) FROM posts WHERE status IN ('published','partially_published','failed','cancelled')")
     return tonumber(out) == expected, out .. " of " .. expected .. " final"
   end, 90, 0.25, "every post final")
+  if not ok then error(tostring(err) .. "\nnot final:\n" .. stuck(url), 0) end
 end
 
 local function once_each(url, expected_targets)
