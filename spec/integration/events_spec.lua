@@ -99,10 +99,7 @@ describe("events", function()
   end
 
   local function wait_final(key, op_id)
-    stack.eventually(function()
-      local _, op = api(key, "GET", "/api/v1/operations/" .. op_id)
-      return op and (op.status == "succeeded" or op.status == "failed")
-    end, 30, 0.1, "operation " .. op_id .. " to finish")
+    return stack.wait_operation(function(path) return api(key, "GET", path) end, op_id)
   end
 
   local function wait_deliveries(r, count, pred)

@@ -33,13 +33,7 @@ describe("posts", function()
   end
 
   local function wait_final(op_id)
-    local op
-    stack.eventually(function()
-      local _, body = api("GET", "/api/v1/operations/" .. op_id)
-      op = body
-      return body and (body.status == "succeeded" or body.status == "failed" or body.status == "cancelled")
-    end, 30, 0.1, "operation " .. op_id .. " to finish")
-    return op
+    return stack.wait_operation(function(path) return api("GET", path) end, op_id)
   end
 
   setup(function()

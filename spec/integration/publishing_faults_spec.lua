@@ -53,13 +53,7 @@ local function tenant(inst, fake)
     return body
   end
   function t.wait(op_id, timeout)
-    local op
-    stack.eventually(function()
-      local _, body = t.api("GET", "/api/v1/operations/" .. op_id)
-      op = body
-      return body and (body.status == "succeeded" or body.status == "failed")
-    end, timeout or 60, 0.1, "operation " .. op_id .. " finished")
-    return op
+    return stack.wait_operation(function(path) return t.api("GET", path) end, op_id, timeout or 60)
   end
   function t.post(id)
     local _, body = t.api("GET", "/api/v1/posts/" .. id)

@@ -81,13 +81,7 @@ local function client(env, key)
   end
   --- Waits for an operation to end; returns it.
   function t.wait(op_id, timeout)
-    local op
-    stack.eventually(function()
-      local _, body = t.api("GET", "/api/v1/operations/" .. op_id)
-      op = body
-      return body and (body.status == "succeeded" or body.status == "failed")
-    end, timeout or 30, 0.05, "operation " .. op_id .. " to end")
-    return op
+    return stack.wait_operation(function(path) return t.api("GET", path) end, op_id, timeout)
   end
   --- Publishes content to one account; returns the post id and its target.
   function t.publish(account, content)

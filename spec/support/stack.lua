@@ -78,6 +78,17 @@ function M.eventually(fn, timeout, interval, message)
   end
 end
 
+local OPERATION_ENDED = { succeeded = true, failed = true, cancelled = true }
+
+--- Waits (default 30 s) until the operation has ended, asking with
+--- get(path) -> status, body; returns the operation.
+function M.wait_operation(get, op_id, timeout)
+  return M.eventually(function()
+    local _, op = get("/api/v1/operations/" .. op_id)
+    return type(op) == "table" and OPERATION_ENDED[op.status] and op
+  end, timeout or 30, 0.05, "operation " .. op_id .. " to end")
+end
+
 local function read_file(path)
   local f = io.open(path, "rb")
   if not f then
