@@ -17,8 +17,9 @@ return function(req)
   if not signed(req) then
     return problem.response(req, 401, "unauthenticated", "X-Hub-Signature-256 is missing or does not match the body.")
   end
+  -- An object, not an array: cjson decodes both to a table.
   local delivery = json.decode(req.body or "")
-  if type(delivery) ~= "table" then
+  if type(delivery) ~= "table" or not req.body:match("^%s*{") then
     return problem.response(req, 400, "invalid_json", "The body is not a JSON object.")
   end
   db.transaction(function()

@@ -218,9 +218,11 @@ describe("comments", function()
 
     it("refuses a signed body that is not JSON with 400 and stores nothing", function()
       local before = count("SELECT count(*) FROM meta_webhook_deliveries")
-      local status, body = deliver("{not json")
-      assert.are.equal(400, status)
-      assert.are.equal("invalid_json", cjson.decode(body).code)
+      for _, raw in ipairs { "{not json", "[1]", "[]", '"page"', "null" } do
+        local status, body = deliver(raw)
+        assert.are.equal(400, status, raw)
+        assert.are.equal("invalid_json", cjson.decode(body).code, raw)
+      end
       assert.are.equal(before, count("SELECT count(*) FROM meta_webhook_deliveries"))
     end)
 
