@@ -1,6 +1,8 @@
 -- Checks a small JSON body against a field table, reporting every problem at
 -- once in the contract's errors[] shape. For endpoints with a few flat
 -- fields; posts have their own rules (post_rules).
+local json = require "json"
+
 local M = {}
 
 M.COMPANY_MESSAGE = "The company is taken from the credential; do not send companyId."
@@ -34,7 +36,8 @@ function M.check(body, spec)
   local function add(field, code, message)
     errors[#errors + 1] = { field = "/" .. field, code = code, message = message }
   end
-  if type(body) ~= "table" then
+  -- cjson decodes arrays to tables too; a non-empty one is no object.
+  if type(body) ~= "table" or (next(body) ~= nil and json.is_array(body)) then
     return { { field = "", code = "invalid_value", message = "The body must be a JSON object." } }
   end
   for name in pairs(body) do

@@ -97,7 +97,8 @@ function M.cancel(client, post)
   end
   assert(db.exec("UPDATE post_targets SET status = 'cancelled', updated_at = now() WHERE post_id = $1", post.id))
   assert(db.exec("UPDATE posts SET status = 'cancelled', updated_at = now() WHERE id = $1", post.id))
-  operations.finish(post.operation_id, "cancelled", nil, nil)
+  for _, t in ipairs(targets) do t.status = "cancelled" end
+  operations.finish(post.operation_id, "cancelled", M.result(post.id, "cancelled", targets), nil)
   return true
 end
 

@@ -44,6 +44,7 @@ local function create(flags)
     rate_limit = rate_limit, webhook_url = flags["webhook-url"],
   })
   if not out then return cli.fail(err) end
+  out.webhookSecret = out.webhookSecret or json.null -- every key of the contract, null when there is none
   return cli.ok(out)
 end
 

@@ -67,7 +67,7 @@ describe("identity", function()
       assert.matches("^sgs_test_%w+$", client_a.clientSecret)
       assert.matches("^sgk_live_%w+$", live_a.apiKey)
       assert.matches("^sgs_live_%w+$", live_a.clientSecret)
-      assert.is_nil(client_a.webhookSecret)
+      assert.are.equal(cjson.null, client_a.webhookSecret) -- every key of the contract, null here
     end)
 
     it("gives a webhook secret when a webhook URL is set", function()

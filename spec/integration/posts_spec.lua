@@ -151,6 +151,8 @@ describe("posts", function()
     assert.are.equal(200, status)
     local _, op = api("GET", "/api/v1/operations/" .. body.operationId)
     assert.are.equal("cancelled", op.status)
+    assert.are.same({ postId = post_id, status = "cancelled", targets = { { postTargetId = post.targets[1].id,
+      status = "cancelled", platformPostId = cjson.null, error = cjson.null } } }, op.result)
   end)
 
   it("publishes a scheduled post within a second of scheduledAt", function()
