@@ -300,8 +300,9 @@ static int cmd_serve(void) {
     int rc = 1;
     if (workers_start(n)) goto out_workers;
     if (jobs_start((int)config_int("jobs.workers"))) goto out_jobs;
-    if (admin_start()) goto out_admin;
+    /* The public listener first: once /healthz answers, requests are taken. */
     if (http_start()) goto out_http;
+    if (admin_start()) goto out_admin;
     log_msg(LOG_INFO, "serving", "public %s, admin %s, %d workers, generation %llu", config_str("http.listen"),
             config_str("admin.listen"), n, (unsigned long long)luart_generation_id());
 
@@ -326,10 +327,10 @@ static int cmd_serve(void) {
         nanosleep(&ts, NULL);
     }
     rc = 0;
-    http_stop();
-out_http:
     admin_stop();
 out_admin:
+    http_stop();
+out_http:
     jobs_stop();
 out_jobs:
     workers_stop();
