@@ -36,9 +36,70 @@ static char           *runtime_root;
 
 /* ------------------------------------------------------------ memory */
 
+/* Lua allocates and frees small blocks (tables, strings, closures) for every
+ * request; a state keeps the blocks it freed in lists by size and takes
+ * them back before asking malloc. A state runs on one thread at a time, so
+ * the lists need no lock. The sanitizer build leaves every block to malloc,
+ * so that it still sees each one. */
+#define SMALL_STEP    16
+#define SMALL_CLASSES 32                      /* blocks up to 512 bytes */
+
+typedef struct free_block { struct free_block *next; } free_block;
+
 typedef struct mem_account {
-    size_t used, limit;
+    size_t      used, limit;
+    free_block *small[SMALL_CLASSES];
 } mem_account;
+
+#if defined(__SANITIZE_ADDRESS__)
+#define SMALL_LISTS 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SMALL_LISTS 0
+#endif
+#endif
+#ifndef SMALL_LISTS
+#define SMALL_LISTS 1
+#endif
+
+/* The list of blocks of n bytes (n > 0), or -1 when n is not small. */
+static int small_class(size_t n) {
+    return SMALL_LISTS && n <= SMALL_STEP * SMALL_CLASSES ? (int)((n - 1) / SMALL_STEP) : -1;
+}
+
+static void *block_get(mem_account *m, size_t n) {
+    int c = small_class(n);
+    if (c < 0) return malloc(n);
+    free_block *b = m->small[c];
+    if (b) {
+        m->small[c] = b->next;
+        return b;
+    }
+    return malloc((size_t)(c + 1) * SMALL_STEP);
+}
+
+static void block_put(mem_account *m, void *p, size_t n) {
+    int c = small_class(n);
+    if (c < 0) {
+        free(p);
+        return;
+    }
+    free_block *b = p;
+    b->next = m->small[c];
+    m->small[c] = b;
+}
+
+/* After lua_close: every block the state had is on a list. */
+static void mem_account_free(mem_account *m) {
+    for (int c = 0; c < SMALL_CLASSES; c++) {
+        while (m->small[c]) {
+            free_block *b = m->small[c];
+            m->small[c] = b->next;
+            free(b);
+        }
+    }
+    free(m);
+}
 
 /* Refuses growth past the state's ceiling; Lua turns NULL into a memory
  * error that the protected call catches. */
@@ -46,12 +107,24 @@ static void *counting_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
     mem_account *m = ud;
     size_t old = ptr ? osize : 0;
     if (nsize == 0) {
-        free(ptr);
+        if (ptr) block_put(m, ptr, old);
         m->used -= old;
         return NULL;
     }
     if (nsize > old && m->used - old + nsize > m->limit) return NULL;
-    void *p = realloc(ptr, nsize);
+    void *p;
+    int oc = ptr ? small_class(old) : -1, nc = small_class(nsize);
+    if (ptr && oc < 0 && nc < 0) {
+        p = realloc(ptr, nsize);
+    } else if (ptr && oc == nc) {
+        p = ptr;                               /* the block already fits */
+    } else {
+        p = block_get(m, nsize);
+        if (p && ptr) {
+            memcpy(p, ptr, old < nsize ? old : nsize);
+            block_put(m, ptr, old);
+        }
+    }
     if (p) m->used = m->used - old + nsize;
     return p;
 }
@@ -478,13 +551,12 @@ static void open_libs(lua_State *L) {
 /* Creates a state for generation g with the host API of worker w.
  * Requires every module so that a generation is known to load whole. */
 static lua_State *state_new(sgw_gen *g, sgw_worker *w, int preload, char *err, size_t errlen) {
-    mem_account *m = malloc(sizeof *m);
+    mem_account *m = calloc(1, sizeof *m);
     if (!m) { snprintf(err, errlen, "out of memory"); return NULL; }
-    m->used = 0;
     m->limit = (size_t)config_int("lua.memory_limit_mb") << 20;
     if (m->limit == 0) m->limit = (size_t)128 << 20;
     lua_State *L = lua_newstate(counting_alloc, m);
-    if (!L) { free(m); snprintf(err, errlen, "cannot create a Lua state"); return NULL; }
+    if (!L) { mem_account_free(m); snprintf(err, errlen, "cannot create a Lua state"); return NULL; }
     *deadline_of(L) = 0;
     open_libs(L);
     lapi_config_open(L);
@@ -517,7 +589,7 @@ static lua_State *state_new(sgw_gen *g, sgw_worker *w, int preload, char *err, s
                 if (*p == '/') *p = '.';
             if (luart_require(L, name, err, errlen)) {
                 lua_close(L);
-                free(m);
+                mem_account_free(m);
                 return NULL;
             }
             lua_pop(L, 1);
@@ -531,7 +603,7 @@ static void state_close(lua_State *L) {
     void *ud;
     lua_getallocf(L, &ud);
     lua_close(L);
-    free(ud);
+    mem_account_free(ud);
 }
 
 void luart_close_state(sgw_worker *w) {

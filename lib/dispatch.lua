@@ -34,11 +34,25 @@ local early = {
   [431] = { "request_header_fields_too_large", function() return "The request line and headers are too large." end },
 }
 
-local function is_json_type(ct)
-  if not ct then return false end
+local function judge_json_type(ct)
   local media = ct:match("^%s*([^;%s]+)")
   media = media and media:lower()
   return media == "application/json" or (media ~= nil and media:match("^application/[%w.+-]+%+json$") ~= nil)
+end
+
+-- Clients send the same few Content-Type values over and over: the verdicts
+-- are remembered, a bounded number of them.
+local json_type_verdicts, remembered = {}, 0
+
+local function is_json_type(ct)
+  if not ct then return false end
+  local verdict = json_type_verdicts[ct]
+  if verdict == nil then
+    verdict = judge_json_type(ct)
+    if remembered >= 64 then json_type_verdicts, remembered = {}, 0 end
+    json_type_verdicts[ct], remembered = verdict, remembered + 1
+  end
+  return verdict
 end
 
 local function with_traceback(err)
@@ -128,10 +142,9 @@ local function run(req, ctx)
     -- checks the whole body reports companyId with every other problem.
     if not route.validates_body then
       local forbidden = {}
-      fields.company_fields(value, "", function(field, code, message)
+      if fields.company_fields(value, "", function(field, code, message)
         forbidden[#forbidden + 1] = { field = field, code = code, message = message }
-      end)
-      if #forbidden > 0 then
+      end) then
         return problem.response(req, 422, "validation_failed", "The request has invalid fields.", { errors = forbidden })
       end
     end
@@ -150,8 +163,10 @@ end
 -- the headers every response carries.
 local function finish(status, body, headers, ctx)
   headers = headers or {}
-  for k, v in pairs(ctx.headers or {}) do
-    if headers[k] == nil then headers[k] = v end
+  if ctx.headers then
+    for k, v in pairs(ctx.headers) do
+      if headers[k] == nil then headers[k] = v end
+    end
   end
   if type(body) == "table" then
     body = json.encode(body)

@@ -11,10 +11,17 @@ local function pointer(at, key)
   return at .. "/" .. tostring(key):gsub("~", "~0"):gsub("/", "~1")
 end
 
--- The company comes only from the credential: calls add(field, code,
--- message) for every companyId in value, at any depth (field: a JSON
--- Pointer below `at`), in a stable order.
-function M.company_fields(value, at, add)
+-- Whether companyId is a key anywhere in value. Allocates nothing: every
+-- JSON body passes here, and almost none holds one.
+local function has_company_id(value)
+  for k, v in pairs(value) do
+    if k == "companyId" then return true end
+    if type(v) == "table" and has_company_id(v) then return true end
+  end
+  return false
+end
+
+local function each_company_field(value, at, add)
   if type(value) ~= "table" then return end
   local keys = {}
   for k in pairs(value) do keys[#keys + 1] = k end
@@ -25,8 +32,17 @@ function M.company_fields(value, at, add)
   for _, k in ipairs(keys) do
     local here = pointer(at, math.type(k) == "integer" and k - 1 or k)
     if k == "companyId" then add(here, "field_not_allowed", M.COMPANY_MESSAGE) end
-    M.company_fields(value[k], here, add)
+    each_company_field(value[k], here, add)
   end
+end
+
+-- The company comes only from the credential: calls add(field, code,
+-- message) for every companyId in value, at any depth (field: a JSON
+-- Pointer below `at`), in a stable order. Returns whether there was one.
+function M.company_fields(value, at, add)
+  if type(value) ~= "table" or not has_company_id(value) then return false end
+  each_company_field(value, at, add)
+  return true
 end
 
 -- spec: { name = { type = "string"|"integer"|"boolean", required = bool,
