@@ -326,7 +326,7 @@ static void log_request(const sgw_request *req, const char *route, uint64_t ms) 
     else n = PUT_LIT(line, n, cap, "null");
     if (n >= cap) return;                   /* does not fit: not worth a torn line */
     line[n++] = '}';
-    log_line(line, n);
+    log_line_batched(line, n);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe) {

@@ -2,16 +2,34 @@
  * log.c — structured logging: one JSON object per line on stderr.
  *
  * Lines are assembled in a local buffer and written with one write(2), so
- * lines from different threads never interleave. Nothing here knows which
- * values are secret: callers never pass keys, tokens or passwords.
+ * lines from different threads never interleave. Request lines, one per
+ * request, are the bulk: while `sgw serve` runs they are gathered in a
+ * buffer that a writer thread writes out every few milliseconds, so a
+ * request does not pay for a system call of its own. Every other line is
+ * written at once, after the gathered ones, so the order stays true.
+ * Nothing here knows which values are secret: callers never pass keys,
+ * tokens or passwords.
  */
 #include "sgw.h"
 
+#include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#define BATCH_CAP      ((size_t)1 << 20)
+#define BATCH_DELAY_NS (5 * 1000 * 1000)   /* how long request lines may wait */
+
+static pthread_mutex_t out_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t  out_cond = PTHREAD_COND_INITIALIZER;
+static char           *batch;              /* non-NULL while the writer runs */
+static size_t          batch_len;
+static int             writer_stop;
+static pthread_t       writer;
 
 static atomic_int min_level = LOG_INFO;
 
@@ -47,28 +65,137 @@ size_t json_escape(char *buf, size_t len, size_t cap, const char *s, size_t slen
     return len;
 }
 
+/* The time prefix changes once a second; each thread keeps its own. */
+static _Thread_local time_t tl_second = -1;
+static _Thread_local char   tl_prefix[40];
+static _Thread_local size_t tl_prefix_len;
+
 size_t log_begin(char *buf, size_t cap) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    struct tm tm;
-    gmtime_r(&ts.tv_sec, &tm);
-    return (size_t)snprintf(buf, cap, "{\"time\":\"%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ\"",
-                            tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                            tm.tm_sec, ts.tv_nsec / 1000000);
+    if (ts.tv_sec != tl_second) {
+        struct tm tm;
+        gmtime_r(&ts.tv_sec, &tm);
+        int n = snprintf(tl_prefix, sizeof tl_prefix, "{\"time\":\"%04d-%02d-%02dT%02d:%02d:%02d.",
+                         tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+        if (n < 0 || (size_t)n >= sizeof tl_prefix) n = 0;
+        tl_prefix_len = (size_t)n;
+        tl_second = ts.tv_sec;
+    }
+    if (cap < tl_prefix_len + 6) return 0;
+    memcpy(buf, tl_prefix, tl_prefix_len);
+    size_t len = tl_prefix_len;
+    long ms = ts.tv_nsec / 1000000;
+    buf[len++] = (char)('0' + ms / 100);
+    buf[len++] = (char)('0' + ms / 10 % 10);
+    buf[len++] = (char)('0' + ms % 10);
+    buf[len++] = 'Z';
+    buf[len++] = '"';
+    buf[len] = 0;
+    return len;
+}
+
+static void write_all(const char *p, size_t n) {
+    while (n) {
+        ssize_t w = write(STDERR_FILENO, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return;                         /* nowhere to report it */
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+/* Under out_mu. */
+static void flush_batch(void) {
+    if (batch_len) write_all(batch, batch_len);
+    batch_len = 0;
 }
 
 void log_line(const char *json, size_t len) {
     char stackbuf[8192];
+    pthread_mutex_lock(&out_mu);
+    flush_batch();
     if (len + 1 <= sizeof stackbuf) {
         memcpy(stackbuf, json, len);
         stackbuf[len] = '\n';
-        ssize_t w = write(STDERR_FILENO, stackbuf, len + 1);
-        (void)w;
+        write_all(stackbuf, len + 1);
     } else {
-        ssize_t w = write(STDERR_FILENO, json, len);
-        w = write(STDERR_FILENO, "\n", 1);
-        (void)w;
+        write_all(json, len);
+        write_all("\n", 1);
     }
+    pthread_mutex_unlock(&out_mu);
+}
+
+void log_line_batched(const char *json, size_t len) {
+    pthread_mutex_lock(&out_mu);
+    if (!batch || len + 1 > BATCH_CAP) {
+        pthread_mutex_unlock(&out_mu);
+        log_line(json, len);
+        return;
+    }
+    if (batch_len + len + 1 > BATCH_CAP) flush_batch();
+    int was_empty = batch_len == 0;
+    memcpy(batch + batch_len, json, len);
+    batch[batch_len + len] = '\n';
+    batch_len += len + 1;
+    if (was_empty) pthread_cond_signal(&out_cond);
+    pthread_mutex_unlock(&out_mu);
+}
+
+static void *writer_main(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&out_mu);
+    for (;;) {
+        while (!batch_len && !writer_stop) pthread_cond_wait(&out_cond, &out_mu);
+        if (writer_stop) break;
+        /* Let a few milliseconds of lines gather into one write. */
+        pthread_mutex_unlock(&out_mu);
+        struct timespec delay = { 0, BATCH_DELAY_NS };
+        nanosleep(&delay, NULL);
+        pthread_mutex_lock(&out_mu);
+        flush_batch();
+    }
+    flush_batch();
+    pthread_mutex_unlock(&out_mu);
+    return NULL;
+}
+
+int log_start_writer(void) {
+    char *buf = malloc(BATCH_CAP);
+    if (!buf) return -1;
+    pthread_mutex_lock(&out_mu);
+    batch = buf;
+    batch_len = 0;
+    writer_stop = 0;
+    pthread_mutex_unlock(&out_mu);
+    if (pthread_create(&writer, NULL, writer_main, NULL)) {
+        pthread_mutex_lock(&out_mu);
+        batch = NULL;
+        pthread_mutex_unlock(&out_mu);
+        free(buf);
+        return -1;
+    }
+    return 0;
+}
+
+void log_stop_writer(void) {
+    pthread_mutex_lock(&out_mu);
+    if (!batch) {
+        pthread_mutex_unlock(&out_mu);
+        return;
+    }
+    writer_stop = 1;
+    pthread_cond_signal(&out_cond);
+    pthread_mutex_unlock(&out_mu);
+    pthread_join(writer, NULL);
+    pthread_mutex_lock(&out_mu);
+    flush_batch();
+    char *buf = batch;
+    batch = NULL;
+    pthread_mutex_unlock(&out_mu);
+    free(buf);
 }
 
 void log_msg(sgw_log_level level, const char *event, const char *fmt, ...) {

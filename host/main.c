@@ -291,6 +291,8 @@ static int cmd_serve(void) {
     /* Every thread inherits this mask; only the main thread takes signals. */
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
+    /* Without the writer, request lines are written one by one. */
+    if (log_start_writer()) log_msg(LOG_WARN, "log", "cannot start the log writer; request lines are written one by one");
 
     int n = (int)config_int("http.workers");
     if (n <= 0) {
@@ -339,6 +341,7 @@ out_workers:
     luart_shutdown();
     if (rc == 0) log_msg(LOG_INFO, "stopped", "clean shutdown");
     else fprintf(stderr, "sgw: could not start; see the log lines above for what to fix\n");
+    log_stop_writer();
     return rc;
 }
 

@@ -43,6 +43,11 @@ void log_msg(sgw_log_level level, const char *event, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Writes one already-built JSON line (without newline) atomically. */
 void log_line(const char *json, size_t len);
+/* Request lines: gathered and written every few milliseconds while the
+ * writer runs (sgw serve); otherwise like log_line. */
+void log_line_batched(const char *json, size_t len);
+int log_start_writer(void);
+void log_stop_writer(void);
 /* Starts a line: writes {"time":"..." into buf; returns its length. */
 size_t log_begin(char *buf, size_t cap);
 void log_set_level(sgw_log_level level);
