@@ -226,12 +226,66 @@ static size_t append_raw(char *buf, size_t len, size_t cap, const char *s)
     return len + n;
 }
 
+/* Every request ends here, nearly always with a route, method and status
+ * seen a moment ago: each thread remembers the series of its last few, so
+ * that neither the labels nor their hashes are made again. */
+#define REQ_CACHE 8
+typedef struct req_cache_entry {
+    unsigned long epoch;            /* series from before a reset are gone */
+    int           status;
+    char          route[128], method[16];
+    series       *total, *duration;
+} req_cache_entry;
+
+static unsigned long                   reset_epoch = 1;   /* under mu */
+static _Thread_local req_cache_entry   req_cache[REQ_CACHE];
+static _Thread_local unsigned          req_cache_next;
+
+static req_cache_entry *req_cache_find(const char *route, const char *method, int status)
+{
+    for (int i = 0; i < REQ_CACHE; i++) {
+        req_cache_entry *e = &req_cache[i];
+        if (e->epoch == reset_epoch && e->status == status && strcmp(e->route, route) == 0 &&
+            strcmp(e->method, method) == 0)
+            return e;
+    }
+    return NULL;
+}
+
+static void record_request(series *c, series *h, size_t bucket, double seconds)
+{
+    if (c)
+        c->value += 1;
+    if (h) {
+        h->buckets[bucket]++;
+        h->count++;
+        h->sum += seconds;
+    }
+}
+
 void metrics_request(const char *route, const char *method, int status, double seconds)
 {
+    if (isnan(seconds) || seconds < 0)
+        seconds = 0;
+    size_t b = 0;
+    while (b < NBOUNDS && seconds > BOUNDS[b])
+        b++;
+    route = route ? route : "unmatched";
+    method = method ? method : "";
+
+    pthread_mutex_lock(&mu);
+    req_cache_entry *e = req_cache_find(route, method, status);
+    if (e && e->total && e->duration) {
+        record_request(e->total, e->duration, b, seconds);
+        pthread_mutex_unlock(&mu);
+        return;
+    }
+    pthread_mutex_unlock(&mu);
+
     char rl[MAX_LABELS_LEN + 1], all[MAX_LABELS_LEN + 1], st[16];
     const size_t cap = MAX_LABELS_LEN;
     size_t n = append_raw(rl, 0, cap, "route=\"");
-    n = append_escaped(rl, n, cap, route ? route : "unmatched");
+    n = append_escaped(rl, n, cap, route);
     n = append_raw(rl, n, cap, "\"");
     if (n >= cap)
         return;                      /* absurd route label: not worth a series */
@@ -240,7 +294,7 @@ void metrics_request(const char *route, const char *method, int status, double s
     snprintf(st, sizeof st, "%d", status);
     size_t m = append_raw(all, 0, cap, rl);
     m = append_raw(all, m, cap, ",method=\"");
-    m = append_escaped(all, m, cap, method ? method : "");
+    m = append_escaped(all, m, cap, method);
     m = append_raw(all, m, cap, "\",status=\"");
     m = append_raw(all, m, cap, st);
     m = append_raw(all, m, cap, "\"");
@@ -248,22 +302,19 @@ void metrics_request(const char *route, const char *method, int status, double s
         return;
     all[m] = '\0';
 
-    if (isnan(seconds) || seconds < 0)
-        seconds = 0;
-    size_t b = 0;
-    while (b < NBOUNDS && seconds > BOUNDS[b])
-        b++;
-
     int rc;
     pthread_mutex_lock(&mu);
     series *c = series_get(M_COUNTER, REQ_TOTAL, all, 0, &rc);
-    if (c)
-        c->value += 1;
     series *h = series_get(M_HISTOGRAM, REQ_DURATION, rl, 0, &rc);
-    if (h) {
-        h->buckets[b]++;
-        h->count++;
-        h->sum += seconds;
+    record_request(c, h, b, seconds);
+    if (c && h && strlen(route) < sizeof e->route && strlen(method) < sizeof e->method) {
+        e = &req_cache[req_cache_next++ % REQ_CACHE];
+        e->epoch = reset_epoch;
+        e->status = status;
+        strcpy(e->route, route);
+        strcpy(e->method, method);
+        e->total = c;
+        e->duration = h;
     }
     pthread_mutex_unlock(&mu);
 }
@@ -296,6 +347,7 @@ void metrics_reset(void)
     }
     nseries = 0;
     dropped = 0;
+    reset_epoch++;
     pthread_mutex_unlock(&mu);
 }
 
