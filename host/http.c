@@ -17,6 +17,7 @@
 #include <ctype.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,35 +68,61 @@ int http_parse_listen(const char *s, struct sockaddr_storage *out, unsigned int 
     return 0;
 }
 
-static void kv_free(sgw_kv *kv, int n) {
+char *req_strndup(sgw_request *req, const char *s, size_t n) {
+    char *p;
+    if (n < sizeof req->arena - req->arena_used) {
+        p = req->arena + req->arena_used;
+        req->arena_used += n + 1;
+    } else {
+        p = malloc(n + 1);
+        if (!p) return NULL;
+    }
+    memcpy(p, s, n);
+    p[n] = 0;
+    return p;
+}
+
+void req_strfree(sgw_request *req, char *p) {
+    uintptr_t a = (uintptr_t)req->arena, at = (uintptr_t)p;
+    if (at < a || at >= a + sizeof req->arena) free(p);
+}
+
+static void kv_free(sgw_request *req, sgw_kv *kv, int n) {
     for (int i = 0; i < n; i++) {
-        free(kv[i].name);
-        free(kv[i].value);
+        req_strfree(req, kv[i].name);
+        req_strfree(req, kv[i].value);
     }
     free(kv);
 }
 
 static void request_free(sgw_request *req) {
-    free(req->method);
-    free(req->path);
-    kv_free(req->headers, req->nheaders);
-    kv_free(req->query, req->nquery);
-    kv_free(req->resp_headers, req->nresp_headers);
+    req_strfree(req, req->method);
+    req_strfree(req, req->path);
+    kv_free(req, req->headers, req->nheaders);
+    kv_free(req, req->query, req->nquery);
+    kv_free(req, req->resp_headers, req->nresp_headers);
     free(req->body);
     free(req->resp_body);
-    free(req->client_id);
+    req_strfree(req, req->client_id);
     match_free(&req->match);
-    free(req->route_pattern);
+    req_strfree(req, req->route_pattern);
     if (req->response) MHD_destroy_response(req->response);
     free(req);
 }
 
+static sgw_request *request_new(void) {
+    sgw_request *req = malloc(sizeof *req);
+    if (req) memset(req, 0, offsetof(sgw_request, arena));
+    return req;
+}
+
 typedef struct collect_ctx {
-    sgw_kv *v;
-    int     n;
-    size_t  bytes;
-    int     lower;
-    int     failed;
+    sgw_request *req;
+    sgw_kv      *v;
+    int          n, cap;
+    size_t       bytes;
+    int          lower;
+    int          failed;
 } collect_ctx;
 
 /* Collects headers (lower-cased; repeated names joined with ", " as HTTP
@@ -104,28 +131,35 @@ static enum MHD_Result collect_value(void *cls, enum MHD_ValueKind kind, const c
     (void)kind;
     collect_ctx *c = cls;
     if (!value) value = "";
-    c->bytes += strlen(key) + strlen(value) + 4;
+    size_t kl = strlen(key), vl = strlen(value);
+    c->bytes += kl + vl + 4;
     if (c->lower) {
         for (int i = 0; i < c->n; i++) {
             if (strcasecmp(c->v[i].name, key) == 0) {
-                size_t ol = strlen(c->v[i].value), vl = strlen(value);
-                char *nv = realloc(c->v[i].value, ol + vl + 3);
+                size_t ol = strlen(c->v[i].value);
+                char *nv = malloc(ol + vl + 3);
                 if (!nv) { c->failed = 1; return MHD_NO; }
+                memcpy(nv, c->v[i].value, ol);
                 memcpy(nv + ol, ", ", 2);
                 memcpy(nv + ol + 2, value, vl + 1);
+                req_strfree(c->req, c->v[i].value);
                 c->v[i].value = nv;
                 return MHD_YES;
             }
         }
     }
     if (c->n >= 512) { c->failed = 1; return MHD_NO; }
-    sgw_kv *nv = realloc(c->v, (size_t)(c->n + 1) * sizeof *nv);
-    if (!nv) { c->failed = 1; return MHD_NO; }
-    c->v = nv;
-    char *k = strdup(key), *v = strdup(value);
+    if (c->n == c->cap) {
+        int cap = c->cap ? c->cap * 2 : 16;
+        sgw_kv *nv = realloc(c->v, (size_t)cap * sizeof *nv);
+        if (!nv) { c->failed = 1; return MHD_NO; }
+        c->v = nv;
+        c->cap = cap;
+    }
+    char *k = req_strndup(c->req, key, kl), *v = req_strndup(c->req, value, vl);
     if (!k || !v) {
-        free(k);
-        free(v);
+        req_strfree(c->req, k);
+        req_strfree(c->req, v);
         c->failed = 1;
         return MHD_NO;
     }
@@ -154,7 +188,7 @@ static struct MHD_Response *make_response(sgw_request *req) {
  * until on_completed, whichever thread answers it. */
 static enum MHD_Result dispatch_now(struct MHD_Connection *conn, sgw_request *req) {
     if (!req->early_status || req->early_status == 404 || req->early_status == 405) {
-        collect_ctx q = { 0 };
+        collect_ctx q = { .req = req };
         MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, collect_value, &q);
         req->query = q.v;
         req->nquery = q.n;
@@ -183,15 +217,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     (void)version;
     sgw_request *req = *con_cls;
     if (!req) {
-        req = calloc(1, sizeof *req);
+        req = request_new();
         if (!req) return MHD_NO;
         *con_cls = req;
         req->conn = conn;
         req->start_ms = clock_mono_ms();
         memcpy(req->id, "req_", 4);
         crypto_random_id(req->id + 4, 24);
-        req->method = strdup(method);
-        req->path = strdup(url);
+        req->method = req_strndup(req, method, strlen(method));
+        req->path = req_strndup(req, url, strlen(url));
         req->match.route = -1;
         if (!req->method || !req->path) return MHD_NO;
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
@@ -202,7 +236,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             else if (sa->sa_family == AF_INET6)
                 inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, req->remote_addr, sizeof req->remote_addr);
         }
-        collect_ctx h = { .lower = 1 };
+        collect_ctx h = { .req = req, .lower = 1 };
         MHD_get_connection_values(conn, MHD_HEADER_KIND, collect_value, &h);
         req->headers = h.v;
         req->nheaders = h.n;
@@ -214,7 +248,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             req->gen_id = g->id;
             if (req->match.route >= 0) {
                 req->max_body = g->routes.v[req->match.route].max_body;
-                req->route_pattern = strdup(g->routes.v[req->match.route].pattern);
+                const char *pattern = g->routes.v[req->match.route].pattern;
+                req->route_pattern = req_strndup(req, pattern, strlen(pattern));
             }
         }
         if (h.failed || h.bytes + strlen(url) > max_header_bytes) {

@@ -162,13 +162,37 @@ int routes_from_lua(lua_State *L, sgw_routes *out, char *err, size_t errlen) {
     return 0;
 }
 
+/* A segment of the request path, pointing into the path itself. */
+typedef struct path_seg { const char *p; size_t len; } path_seg;
+
+#define MAX_PATH_SEGMENTS 32        /* more than any route has */
+
+/* Splits path into segments without copying it; -1 when there are more
+ * than max (no route can match such a path). */
+static int path_segments(const char *path, path_seg *v, int max) {
+    int n = 0;
+    const char *p = path;
+    while (*p) {
+        while (*p == '/') p++;
+        if (!*p) break;
+        const char *e = strchr(p, '/');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (n == max) return -1;
+        v[n].p = p;
+        v[n].len = len;
+        n++;
+        p += len;
+    }
+    return n;
+}
+
 /* Compares one pattern against the request's segments, capturing params. */
-static int pattern_matches(const sgw_route *r, char **segs, int nsegs, sgw_match *m) {
+static int pattern_matches(const sgw_route *r, const path_seg *segs, int nsegs, sgw_match *m) {
     if (r->nsegments != nsegs) return 0;
     for (int i = 0; i < nsegs; i++) {
         const char *p = r->segments[i];
         if (p[0] == '{') continue;
-        if (strcmp(p, segs[i]) != 0) return 0;
+        if (strncmp(p, segs[i].p, segs[i].len) != 0 || p[segs[i].len] != 0) return 0;
     }
     if (!m) return 1;
     m->nparams = 0;
@@ -177,19 +201,20 @@ static int pattern_matches(const sgw_route *r, char **segs, int nsegs, sgw_match
         size_t plen = strlen(p);
         if (p[0] != '{' || plen < 3 || m->nparams >= (int)(sizeof m->params / sizeof m->params[0])) continue;
         m->params[m->nparams].name = strndup(p + 1, plen - 2);
-        m->params[m->nparams].value = strdup(segs[i]);
+        m->params[m->nparams].value = strndup(segs[i].p, segs[i].len);
         m->nparams++;
     }
     return 1;
 }
 
 void routes_match(const sgw_routes *rs, const char *method, const char *path, sgw_match *m) {
-    memset(m, 0, sizeof *m);
     m->route = -1;
     m->status = 404;
-    char **segs;
-    int nsegs;
-    if (split_path(path, &segs, &nsegs)) return;
+    m->allow[0] = 0;
+    m->nparams = 0;
+    path_seg segs[MAX_PATH_SEGMENTS];
+    int nsegs = path_segments(path, segs, MAX_PATH_SEGMENTS);
+    if (nsegs < 0) return;
     /* An empty segment ("//" or a trailing "/") never matches a route. */
     size_t plen = strlen(path);
     int has_empty = plen > 1 && (path[plen - 1] == '/' || strstr(path, "//"));
@@ -216,8 +241,6 @@ void routes_match(const sgw_routes *rs, const char *method, const char *path, sg
     }
     if (m->route < 0 && path_found) m->status = 405;
     if (m->route >= 0) m->allow[0] = 0;
-    for (int i = 0; i < nsegs; i++) free(segs[i]);
-    free(segs);
 }
 
 void match_free(sgw_match *m) {

@@ -248,7 +248,17 @@ typedef struct sgw_request {
     void       *response;        /* struct MHD_Response *, ready to queue */
     void       *worker;          /* the worker a migrating request goes on with */
     struct sgw_request *next;    /* worker queue link */
+    /* Its strings (method, path, headers, query, response headers) live
+     * here while they fit, so most requests need no malloc for them; last,
+     * so that it is not zeroed with the rest. */
+    size_t      arena_used;
+    char        arena[440];
 } sgw_request;
+
+/* A copy of s[0..n) (NUL-terminated) owned by req: from its arena while it
+ * fits, else malloc'd. NULL when out of memory. req_strfree releases one. */
+char *req_strndup(sgw_request *req, const char *s, size_t n);
+void  req_strfree(sgw_request *req, char *p);
 
 struct sockaddr_storage;
 /* Parses "host:port", "[v6]:port" or ":port"; 0 ok. */

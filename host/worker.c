@@ -104,14 +104,17 @@ void worker_destroy(sgw_worker *w) {
 /* ------------------------------------------------------------ responses */
 
 static void set_header(sgw_request *req, const char *name, const char *value) {
-    sgw_kv *n = realloc(req->resp_headers, (size_t)(req->nresp_headers + 1) * sizeof *n);
-    if (!n) return;
-    req->resp_headers = n;
-    n[req->nresp_headers].name = strdup(name);
-    n[req->nresp_headers].value = strdup(value);
-    if (!n[req->nresp_headers].name || !n[req->nresp_headers].value) {
-        free(n[req->nresp_headers].name);
-        free(n[req->nresp_headers].value);
+    if (req->nresp_headers % 8 == 0) {
+        sgw_kv *n = realloc(req->resp_headers, (size_t)(req->nresp_headers + 8) * sizeof *n);
+        if (!n) return;
+        req->resp_headers = n;
+    }
+    sgw_kv *h = &req->resp_headers[req->nresp_headers];
+    h->name = req_strndup(req, name, strlen(name));
+    h->value = req_strndup(req, value, strlen(value));
+    if (!h->name || !h->value) {
+        req_strfree(req, h->name);
+        req_strfree(req, h->value);
         return;
     }
     req->nresp_headers++;
@@ -119,8 +122,8 @@ static void set_header(sgw_request *req, const char *name, const char *value) {
 
 static void clear_response(sgw_request *req) {
     for (int i = 0; i < req->nresp_headers; i++) {
-        free(req->resp_headers[i].name);
-        free(req->resp_headers[i].value);
+        req_strfree(req, req->resp_headers[i].name);
+        req_strfree(req, req->resp_headers[i].value);
     }
     free(req->resp_headers);
     req->resp_headers = NULL;
@@ -240,7 +243,12 @@ static int take_response(lua_State *L, sgw_request *req) {
     if (!req->resp_body) return -1;
     if (len) memcpy(req->resp_body, body, len);
     req->resp_len = len;
-    if (lua_type(L, base + 3) == LUA_TSTRING) req->client_id = strdup(lua_tostring(L, base + 3));
+    if (lua_type(L, base + 3) == LUA_TSTRING) {
+        size_t cl;
+        const char *client = lua_tolstring(L, base + 3, &cl);
+        req_strfree(req, req->client_id);
+        req->client_id = req_strndup(req, client, cl);
+    }
     return 0;
 }
 
@@ -377,8 +385,9 @@ static void rematch(sgw_worker *w, sgw_request *req) {
     match_free(&req->match);
     routes_match(&w->gen->routes, req->method, req->path, &req->match);
     req->gen_id = w->gen->id;
-    free(req->route_pattern);
-    req->route_pattern = req->match.route >= 0 ? strdup(w->gen->routes.v[req->match.route].pattern) : NULL;
+    req_strfree(req, req->route_pattern);
+    const char *pattern = req->match.route >= 0 ? w->gen->routes.v[req->match.route].pattern : NULL;
+    req->route_pattern = pattern ? req_strndup(req, pattern, strlen(pattern)) : NULL;
     if (!req->early_status && req->match.status) req->early_status = req->match.status;
 }
 
