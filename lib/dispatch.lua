@@ -140,23 +140,21 @@ local function run(req, ctx)
     end
     -- The company comes only from the credential. A route whose handler
     -- checks the whole body reports companyId with every other problem.
-    if not route.validates_body then
+    if not route.validates_body and fields.has_company_id(value) then
       local forbidden = {}
-      if fields.company_fields(value, "", function(field, code, message)
+      fields.company_fields(value, "", function(field, code, message)
         forbidden[#forbidden + 1] = { field = field, code = code, message = message }
-      end) then
-        return problem.response(req, 422, "validation_failed", "The request has invalid fields.", { errors = forbidden })
-      end
+      end)
+      return problem.response(req, 422, "validation_failed", "The request has invalid fields.", { errors = forbidden })
     end
     req.json = value
   end
 
   local handler = handler_for(route)
-  local call = function() return handler(req, ctx) end
   if route.idempotency then
-    return idempotency.wrap(req, ctx, call)
+    return idempotency.wrap(req, ctx, function() return handler(req, ctx) end)
   end
-  return call()
+  return handler(req, ctx)
 end
 
 -- Turns a handler's (status, body, headers) into what the host sends, with

@@ -14,11 +14,14 @@ end
 -- Whether companyId is a key anywhere in value. Allocates nothing: every
 -- JSON body passes here, and almost none holds one.
 local function has_company_id(value)
-  for k, v in pairs(value) do
-    if k == "companyId" then return true end
-    if type(v) == "table" and has_company_id(v) then return true end
+  for k, v in next, value do
+    if k == "companyId" or (type(v) == "table" and has_company_id(v)) then return true end
   end
   return false
+end
+
+function M.has_company_id(value)
+  return type(value) == "table" and has_company_id(value)
 end
 
 local function each_company_field(value, at, add)
