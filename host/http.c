@@ -107,6 +107,7 @@ static void request_free(sgw_request *req) {
     match_free(&req->match);
     req_strfree(req, req->route_pattern);
     if (req->response) MHD_destroy_response(req->response);
+    redis_pipe_free(req->deferred);
     free(req);
 }
 
@@ -187,13 +188,16 @@ static struct MHD_Response *make_response(sgw_request *req) {
 /* Runs the complete request. The request counts as in flight from here
  * until on_completed, whichever thread answers it. */
 static enum MHD_Result dispatch_now(struct MHD_Connection *conn, sgw_request *req) {
-    if (!req->early_status || req->early_status == 404 || req->early_status == 405) {
-        collect_ctx q = { .req = req };
-        MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, collect_value, &q);
-        req->query = q.v;
-        req->nquery = q.n;
+    if (!req->dispatched) {            /* not again when a deferred request runs again */
+        if (!req->early_status || req->early_status == 404 || req->early_status == 405) {
+            collect_ctx q = { .req = req };
+            MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, collect_value, &q);
+            req->query = q.v;
+            req->nquery = q.n;
+        }
+        atomic_fetch_add(&inflight, 1);
+        req->dispatched = 1;
     }
-    atomic_fetch_add(&inflight, 1);
     int how = workers_run_inline(req);
     if (how == WORKERS_DONE) {
         /* Answered on this thread: no suspend, no resume, no wake-up. */
@@ -206,6 +210,7 @@ static enum MHD_Result dispatch_now(struct MHD_Connection *conn, sgw_request *re
     /* Suspended before another thread may resume it. */
     MHD_suspend_connection(conn);
     if (how == WORKERS_MIGRATE) workers_migrate(req);
+    else if (how == WORKERS_DEFER) redis_pipe_submit(req);
     else workers_enqueue(req);
     return MHD_YES;
 }
@@ -320,6 +325,11 @@ void http_complete(sgw_request *req) {
     MHD_resume_connection(req->conn);
 }
 
+/* Resumed without a response or status, the request is dispatched again. */
+void http_rerun(sgw_request *req) {
+    MHD_resume_connection(req->conn);
+}
+
 /* Appends n bytes of s when they fit; returns the new length, or cap. */
 static size_t put(char *buf, size_t len, size_t cap, const char *s, size_t n) {
     if (len >= cap || n > cap - len) return cap;
@@ -376,8 +386,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (req->status) {
         metrics_request(route, req->method, req->status, (double)ms / 1000.0);
         if (log_requests) log_request(req, route, ms);
-        atomic_fetch_sub(&inflight, 1);
     }
+    if (req->dispatched) atomic_fetch_sub(&inflight, 1);
     request_free(req);
 }
 

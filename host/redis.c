@@ -325,6 +325,40 @@ static redisReply *command(sgw_redis *r, int argc, const char **argv,
     return rep;
 }
 
+int redis_pipeline(sgw_redis *r, int n, const int *argc, const char *const *const *argv,
+                   const size_t *const *lens, redisReply **replies, const char **err)
+{
+    for (int i = 0; i < n; i++)
+        replies[i] = NULL;
+    if (ensure_connected(r, err) != 0)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        if (redisAppendCommandArgv(r->ctx, argc[i], (const char **)argv[i], lens[i]) != REDIS_OK) {
+            fail(r, "io", "i/o", r->ctx->errstr);
+            *err = r->msg;
+            return -1;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        void *rep = NULL;
+        if (redisGetReply(r->ctx, &rep) != REDIS_OK || rep == NULL) {
+            int e = errno;
+            const char *detail = r->ctx->err == REDIS_ERR_IO && (e == EAGAIN || e == EWOULDBLOCK)
+                                     ? "timeout" : r->ctx->errstr;
+            for (int j = 0; j < i; j++) {
+                freeReplyObject(replies[j]);
+                replies[j] = NULL;
+            }
+            fail(r, "io", "i/o", detail);
+            *err = r->msg;
+            return -1;
+        }
+        replies[i] = rep;
+    }
+    atomic_store(&r->healthy, 1);
+    return 0;
+}
+
 int redis_ping(sgw_redis *r)
 {
     const char *argv[1] = {"PING"}, *err;
@@ -563,6 +597,76 @@ static int eval_cached_run(lua_State *L)
     return push_result(L, b);
 }
 
+/* redis.eval_deferred: eval_cached for calls a request makes before it
+ * changes anything (the rate limit). On a socket thread the call is sent
+ * ahead through redis_pipe.c and the request dropped, to run again once the
+ * reply is in; then this finds its reply. Elsewhere, or when the request
+ * has been deferred once already, it is eval_cached. */
+static int eval_cached_k(lua_State *L, int status, lua_KContext ctx);
+
+static int l_eval_deferred(lua_State *L)
+{
+    sgw_request *req = sgw_current_request;
+    if (req == NULL || (req->deferred == NULL && (req->deferrals || !redis_pipe_running()))) {
+        SGW_MIGRATE_IF_SOCKET(L, eval_cached_k);
+        return eval_cached_run(L);
+    }
+    int n = lua_gettop(L);
+    luaL_checktype(L, 1, LUA_TSTRING);
+    lua_Integer nkeys = luaL_checkinteger(L, 2);
+    luaL_argcheck(L, nkeys >= 0 && nkeys <= n - 2, 2, "nkeys out of range");
+    int argc = n + 1;                /* EVALSHA sha nkeys args... */
+    size_t shalen;
+    const char *sha = script_sha(L, &shalen);
+    const char **argv;
+    size_t *lens;
+    alloc_args(L, argc, &argv, &lens);
+    argv[0] = "EVALSHA";
+    lens[0] = 7;
+    argv[1] = sha;
+    lens[1] = shalen;
+    collect_args(L, 2, n, argv, lens, 2);
+
+    if (req->deferred) {
+        sgw_deferred *d = req->deferred;
+        req->deferred = NULL;
+        if (redis_pipe_matches(d, argc, argv, lens)) {
+            const char *err = NULL;
+            redisReply *rep = redis_pipe_take(d, &err);
+            redis_pipe_free(d);
+            if (rep == NULL)
+                return io_failure(L, err ? err : "redis unavailable");
+            reply_box *b = push_box(L);
+            box_set(b, rep);
+            if (rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "NOSCRIPT", 8) == 0) {
+                lua_settop(L, n);    /* the plain call, with its own retry */
+                SGW_MIGRATE_IF_SOCKET(L, eval_cached_k);
+                return eval_cached_run(L);
+            }
+            return push_result(L, b);
+        }
+        /* The request asked for something else this time (its credential
+         * changed in between): make the call itself. */
+        redis_pipe_free(d);
+        lua_settop(L, n);
+        SGW_MIGRATE_IF_SOCKET(L, eval_cached_k);
+        return eval_cached_run(L);
+    }
+    if (sgw_defer_if_socket(L)) {
+        size_t srclen;
+        const char *src = lua_tolstring(L, 1, &srclen);
+        sgw_deferred *d = redis_pipe_script(sha, src, srclen) == 0 ? redis_pipe_call(argc, argv, lens) : NULL;
+        if (d) {
+            req->deferred = d;
+            req->deferrals++;
+            return lua_yield(L, 0);
+        }
+    }
+    lua_settop(L, n);
+    SGW_MIGRATE_IF_SOCKET(L, eval_cached_k);
+    return eval_cached_run(L);
+}
+
 /* On a socket thread both migrate first (SGW_MIGRATE_IF_SOCKET); the
  * continuations run the same body on the worker's own thread. */
 static int call_k(lua_State *L, int status, lua_KContext ctx)
@@ -605,11 +709,21 @@ void lapi_redis_open(lua_State *L, sgw_worker *w)
     lua_pushlightuserdata(L, w);
     lua_pushcclosure(L, l_call, 1);
     lua_setfield(L, -2, "call");
+    /* Both evals share the worker (upvalue 1) and the script -> sha1
+     * cache (2) with its count (3). */
+    lua_newtable(L);
+    int cache = lua_gettop(L);
     lua_pushlightuserdata(L, w);
-    lua_newtable(L);                 /* script -> sha1 */
+    lua_pushvalue(L, cache);
     lua_pushinteger(L, 0);
     lua_pushcclosure(L, l_eval_cached, 3);
-    lua_setfield(L, -2, "eval_cached");
+    lua_setfield(L, -3, "eval_cached");
+    lua_pushlightuserdata(L, w);
+    lua_pushvalue(L, cache);
+    lua_pushinteger(L, 0);
+    lua_pushcclosure(L, l_eval_deferred, 3);
+    lua_setfield(L, -3, "eval_deferred");
+    lua_pop(L, 1);
     lua_pushlightuserdata(L, NULL);
     lua_setfield(L, -2, "null");
     lua_setglobal(L, "redis");

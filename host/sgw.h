@@ -120,8 +120,37 @@ sgw_redis *redis_open(const char *url);            /* never NULL; connects lazil
 int        redis_healthy(sgw_redis *r);            /* 1 when the last command succeeded */
 void       redis_close(sgw_redis *r);
 int        redis_ping(sgw_redis *r);               /* 0 when the server answers */
-/* Global `redis`: redis.call(cmd, ...), redis.eval_cached(src, nkeys, ...) */
+/* Global `redis`: redis.call(cmd, ...), redis.eval_cached(src, nkeys, ...),
+ * redis.eval_deferred(src, nkeys, ...) */
 void       lapi_redis_open(lua_State *L, sgw_worker *w);
+/* Sends n commands in one go and reads their n replies into replies[] (error
+ * replies included). 0 ok; -1 after an I/O failure (message in *err, every
+ * reply NULL). */
+struct redisReply;
+int        redis_pipeline(sgw_redis *r, int n, const int *argc, const char *const *const *argv,
+                          const size_t *const *lens, struct redisReply **replies, const char **err);
+
+/* ------------------------------------------------------------ redis_pipe.c
+ * Redis calls of requests running on socket threads, sent by one thread in
+ * pipelined batches. A request whose call is deferred gives its Lua state
+ * back and is suspended; with the reply in hand it runs again from the
+ * start, and the call finds its reply (redis.eval_deferred). */
+typedef struct sgw_deferred sgw_deferred;
+typedef struct sgw_request sgw_request;
+int  redis_pipe_start(void);            /* 0 ok; without redis.url does nothing */
+void redis_pipe_stop(void);             /* after the last deferred request */
+int  redis_pipe_running(void);
+/* Remembers a script's text by its SHA1 (for NOSCRIPT); 0 ok. */
+int  redis_pipe_script(const char sha[41], const char *text, size_t len);
+/* A call of `argc` arguments, copied; NULL when out of memory. */
+sgw_deferred *redis_pipe_call(int argc, const char *const *argv, const size_t *lens);
+/* Queues req->deferred; req is resumed (http_resume) once it has its reply. */
+void redis_pipe_submit(sgw_request *req);
+/* Whether d holds the reply of exactly this call. */
+int  redis_pipe_matches(const sgw_deferred *d, int argc, const char *const *argv, const size_t *lens);
+/* Takes the reply out of d (NULL with *err set after an I/O failure). */
+struct redisReply *redis_pipe_take(sgw_deferred *d, const char **err);
+void redis_pipe_free(sgw_deferred *d);
 
 /* ----------------------------------------------------------------- httpc.c
  * Outbound HTTP over libcurl. Inside a yieldable coroutine of a job worker,
@@ -248,6 +277,9 @@ typedef struct sgw_request {
     void       *response;        /* struct MHD_Response *, ready to queue */
     void       *worker;          /* the worker a migrating request goes on with */
     struct sgw_request *next;    /* worker queue link */
+    sgw_deferred *deferred;      /* a Redis call sent ahead (redis_pipe.c) */
+    int         deferrals;       /* how many times it was deferred (at most once) */
+    int         dispatched;      /* counted in flight; query collected */
     /* Its strings (method, path, headers, query, response headers) live
      * here while they fit, so most requests need no malloc for them; last,
      * so that it is not zeroed with the rest. */
@@ -269,16 +301,20 @@ int  http_inflight(void);
 void http_stop(void);
 /* Called by a worker when req->status/resp_* are filled. */
 void http_complete(sgw_request *req);
+/* Runs a suspended request again from the start (its deferred call done). */
+void http_rerun(sgw_request *req);
 
 /* ---------------------------------------------------------------- worker.c
  * A complete request runs first on the socket thread that read it, in the
  * state of an idle worker (workers_run_inline); at its first blocking call it
  * migrates to that worker's own thread. */
 int  workers_start(int n);
-enum { WORKERS_QUEUE, WORKERS_DONE, WORKERS_MIGRATE };
+enum { WORKERS_QUEUE, WORKERS_DONE, WORKERS_MIGRATE, WORKERS_DEFER };
 /* WORKERS_DONE: req's response is filled in. WORKERS_MIGRATE: suspend the
  * connection, then call workers_migrate(req). WORKERS_QUEUE: nothing ran (no
- * idle worker of the current generation): suspend, then workers_enqueue. */
+ * idle worker of the current generation): suspend, then workers_enqueue.
+ * WORKERS_DEFER: the run was dropped for a Redis call sent ahead: suspend,
+ * then redis_pipe_submit(req). */
 int  workers_run_inline(sgw_request *req);
 void workers_migrate(sgw_request *req);
 void workers_enqueue(sgw_request *req);
@@ -293,6 +329,12 @@ extern _Thread_local lua_State *sgw_socket_co;
 /* 1 when L is that coroutine and may yield (the binding then yields, see
  * SGW_MIGRATE_IF_SOCKET); 0 when it must block where it is (counted). */
 int  sgw_migrate_if_socket(lua_State *L);
+/* The request being run on this thread, or NULL (jobs, timers). */
+extern _Thread_local sgw_request *sgw_current_request;
+/* Called by a binding that has put a call in sgw_current_request->deferred:
+ * 1 when L may yield so that the request is deferred (the binding then
+ * returns lua_yield(L, 0)); 0 when it must make the call itself. */
+int  sgw_defer_if_socket(lua_State *L);
 /* First statement of every host binding that may block: on a socket thread
  * it yields so the request migrates to its worker's thread, where k (which
  * runs the binding's body again: its arguments are still on the stack)

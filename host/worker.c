@@ -61,6 +61,9 @@ _Thread_local lua_State *sgw_socket_co;
 /* Set by the binding that yields to migrate; distinguishes that yield from
  * a handler yielding at its top level. */
 static _Thread_local int migrate_asked;
+/* Set by the binding that yields to defer the request (redis_pipe.c). */
+static _Thread_local int defer_asked;
+_Thread_local sgw_request *sgw_current_request;
 
 /* Registry keys (by address) of a state's request coroutine and of
  * dispatch.handle. */
@@ -77,6 +80,14 @@ int sgw_migrate_if_socket(lua_State *L) {
     /* Inside require, a sort comparator, a gsub callback or a handler's own
      * coroutine: the socket thread waits. Rare, and counted so it shows. */
     metrics_count("sgw_inline_blocking_total", NULL, 1);
+    return 0;
+}
+
+int sgw_defer_if_socket(lua_State *L) {
+    if (L == sgw_socket_co && lua_isyieldable(L)) {
+        defer_asked = 1;
+        return 1;
+    }
     return 0;
 }
 
@@ -319,12 +330,26 @@ static lua_State *request_co(lua_State *L) {
     return co;
 }
 
-static int resume(lua_State *co, lua_State *from, int nargs, int *nres, int on_socket) {
+static int resume(sgw_request *req, lua_State *co, lua_State *from, int nargs, int *nres, int on_socket) {
     migrate_asked = 0;
+    defer_asked = 0;
     if (on_socket) sgw_socket_co = co;
+    sgw_current_request = req;
     int rc = lua_resume(co, from, nargs, nres);
     sgw_socket_co = NULL;
+    sgw_current_request = NULL;
     return rc;
+}
+
+/* Drops the run of a deferred request: its coroutine, left in the binding
+ * that yielded, is reset for the next request. */
+static void abandon(lua_State *co) {
+#if LUA_VERSION_RELEASE_NUM >= 50406
+    lua_closethread(co, NULL);
+#else
+    lua_resetthread(co);
+#endif
+    lua_settop(co, 0);
 }
 
 static void log_handler_error(const sgw_request *req, const char *msg) {
@@ -404,7 +429,7 @@ static int start(sgw_worker *w, sgw_request *req, lua_State **pco, int *nres, in
     lua_pushcfunction(co, entry);
     lua_pushlightuserdata(co, req);
     luart_arm_budget(co, budget_ms);
-    return resume(co, w->L, 1, nres, on_socket);
+    return resume(req, co, w->L, 1, nres, on_socket);
 }
 
 /* The end of every request on a worker's own thread. */
@@ -470,6 +495,13 @@ int workers_run_inline(sgw_request *req) {
     if (rc == LUA_YIELD && migrate_asked) {
         req->worker = hw;
         return WORKERS_MIGRATE;
+    }
+    if (rc == LUA_YIELD && defer_asked) {
+        abandon(co);
+        if (w->pg) pg_reset_session(w->pg);
+        give_back(hw);
+        metrics_count("sgw_requests_deferred_total", NULL, 1);
+        return WORKERS_DEFER;
     }
     if (!co) {
         log_msg(LOG_ERROR, "worker_state", "worker %d: no memory left for a request coroutine", w->id);
@@ -538,7 +570,7 @@ static void run_queued(http_worker *hw, sgw_request *req) {
 static void run_migrated(http_worker *hw, sgw_request *req) {
     lua_State *co = request_co(hw->w.L);
     int nres;
-    int rc = resume(co, hw->w.L, 0, &nres, 0);
+    int rc = resume(req, co, hw->w.L, 0, &nres, 0);
     conclude(hw, req, co, rc, nres);
 }
 

@@ -77,11 +77,15 @@ end
 -- The state lives under <redis.namespace>:rl:<key>.
 function M.check(key, limit, epoch_key)
   local state_key = config.get("redis.namespace") .. ":rl:" .. key
+  -- Deferred where the host can: the request gives its worker back while
+  -- the call travels with others in one pipelined batch, then runs again
+  -- from the start (nothing before this point changes anything).
+  local eval = redis.eval_deferred or redis.eval_cached
   local reply, err
   if epoch_key then
-    reply, err = redis.eval_cached(M.script, 2, state_key, epoch_key, limit)
+    reply, err = eval(M.script, 2, state_key, epoch_key, limit)
   else
-    reply, err = redis.eval_cached(M.script, 1, state_key, limit)
+    reply, err = eval(M.script, 1, state_key, limit)
   end
   if type(reply) ~= "table" or type(reply[5]) ~= "number" then
     return fail_open(limit, err or "unexpected reply")

@@ -120,6 +120,9 @@ describe("rate limits", function()
     assert.equal(10, ok)
     assert.equal(2, limited)
     assert.equal(0, last_remaining)
+    -- The checks went to Redis in the pipelined batches, not worker by worker.
+    assert.is_true((metric(a, "sgw_redis_pipelined_calls_total") or 0) >= 6)
+    assert.is_true((metric(a, "sgw_requests_deferred_total") or 0) >= 6)
   end)
 
   it("fails open when Redis is unreachable", function()
