@@ -303,6 +303,7 @@ static int cmd_serve(void) {
     if (workers_start(n)) goto out_workers;
     /* Without it, rate-limit calls are made by the workers one by one. */
     if (redis_pipe_start()) log_msg(LOG_WARN, "redis_pipe", "rate-limit calls go to Redis one by one");
+    if (invalidations_start()) log_msg(LOG_WARN, "invalidations", "cannot start the subscriber; every request asks Redis");
     if (jobs_start((int)config_int("jobs.workers"))) goto out_jobs;
     /* The public listener first: once /healthz answers, requests are taken. */
     if (http_start()) goto out_http;
@@ -337,6 +338,7 @@ out_admin:
 out_http:
     jobs_stop();
 out_jobs:
+    invalidations_stop();
     redis_pipe_stop();
     workers_stop();
 out_workers:

@@ -359,6 +359,15 @@ int redis_pipeline(sgw_redis *r, int n, const int *argc, const char *const *cons
     return 0;
 }
 
+redisContext *redis_take_context(sgw_redis *r, const char **err)
+{
+    if (ensure_connected(r, err) != 0)
+        return NULL;
+    redisContext *c = r->ctx;
+    r->ctx = NULL;
+    return c;
+}
+
 int redis_ping(sgw_redis *r)
 {
     const char *argv[1] = {"PING"}, *err;
@@ -667,6 +676,54 @@ static int l_eval_deferred(lua_State *L)
     return eval_cached_run(L);
 }
 
+/* redis.invalidations(): the count of credential-change news, or nil while
+ * the host is not subscribed (invalidations.c). */
+static int l_invalidations(lua_State *L)
+{
+    long long n = invalidations_count();
+    if (n < 0)
+        lua_pushnil(L);
+    else
+        lua_pushinteger(L, (lua_Integer)n);
+    return 1;
+}
+
+/* redis.invalidate(): moves this instance's count at once and tells every
+ * instance (PUBLISH). Returns true, or nil and a message when Redis could
+ * not be told. */
+static int invalidate_run(lua_State *L)
+{
+    invalidations_bump();
+    sgw_redis *r = worker_redis(L);
+    if (r == NULL)
+        return io_failure(L, "redis not configured");
+    const char *argv[3] = {"PUBLISH", invalidations_channel(), "1"};
+    size_t lens[3] = {7, strlen(argv[1]), 1};
+    const char *err;
+    redisReply *rep = command(r, 3, argv, lens, &err);
+    if (rep == NULL)
+        return io_failure(L, err);
+    int ok = rep->type == REDIS_REPLY_INTEGER;
+    freeReplyObject(rep);
+    if (!ok)
+        return io_failure(L, "PUBLISH refused");
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+static int invalidate_k(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    (void)ctx;
+    return invalidate_run(L);
+}
+
+static int l_invalidate(lua_State *L)
+{
+    SGW_MIGRATE_IF_SOCKET(L, invalidate_k);
+    return invalidate_run(L);
+}
+
 /* On a socket thread both migrate first (SGW_MIGRATE_IF_SOCKET); the
  * continuations run the same body on the worker's own thread. */
 static int call_k(lua_State *L, int status, lua_KContext ctx)
@@ -724,6 +781,11 @@ void lapi_redis_open(lua_State *L, sgw_worker *w)
     lua_pushcclosure(L, l_eval_deferred, 3);
     lua_setfield(L, -3, "eval_deferred");
     lua_pop(L, 1);
+    lua_pushcfunction(L, l_invalidations);
+    lua_setfield(L, -2, "invalidations");
+    lua_pushlightuserdata(L, w);
+    lua_pushcclosure(L, l_invalidate, 1);
+    lua_setfield(L, -2, "invalidate");
     lua_pushlightuserdata(L, NULL);
     lua_setfield(L, -2, "null");
     lua_setglobal(L, "redis");

@@ -130,6 +130,21 @@ struct redisReply;
 int        redis_pipeline(sgw_redis *r, int n, const int *argc, const char *const *const *argv,
                           const size_t *const *lens, struct redisReply **replies, const char **err);
 
+/* A connected (AUTH, SELECT done) context of r's server, now the caller's
+ * to free with redisFree; NULL with the reason in *err. */
+struct redisContext;
+struct redisContext *redis_take_context(sgw_redis *r, const char **err);
+
+/* ---------------------------------------------------------- invalidations.c
+ * A count of "cached credentials may be stale" news from every instance
+ * (Redis pub/sub on <redis.namespace>:invalidate). */
+int         invalidations_start(void);   /* 0 ok; without redis.url does nothing */
+void        invalidations_stop(void);
+/* The count, or -1 while not subscribed (then nothing cached may be trusted). */
+long long   invalidations_count(void);
+void        invalidations_bump(void);    /* this instance invalidated */
+const char *invalidations_channel(void);
+
 /* ------------------------------------------------------------ redis_pipe.c
  * Redis calls of requests running on socket threads, sent by one thread in
  * pipelined batches. A request whose call is deferred gives its Lua state

@@ -5,7 +5,10 @@
 -- and revocation bump a counter in Redis (EPOCH_KEY); the rate limiter reads
 -- it in the same round trip it makes anyway, and a worker that sees it move
 -- drops its cache, so a revoked key stops working on every instance at once
--- without a database query per request.
+-- without a database query per request. They also publish the change
+-- (redis.invalidate), which every instance's host counts: a worker that sees
+-- the count move drops its cache too. That is what guards requests served
+-- from a rate-limit block, which do not go to Redis (lib/ratelimit.lua).
 local scopes = require "scopes"
 local secrets = require "secrets"
 
@@ -78,7 +81,17 @@ function M.observe_epoch(epoch)
   return false
 end
 
+-- The host's count of credential-change news (nil while it cannot hear
+-- them; then the epoch read with every rate-limit call guards the cache).
+local seen_changes
+
 local function cache_get(hash)
+  local changes = redis and redis.invalidations and redis.invalidations()
+  if changes and changes ~= seen_changes then
+    seen_changes = changes
+    cache_clear()
+    return nil
+  end
   local e = cache[hash]
   if not e then return nil end
   if clock.now() - e.at > config.get("api.credential_cache_seconds") then
@@ -184,6 +197,9 @@ end
 function M.bump_epoch()
   if not redis then return false end
   local n = redis.call("INCR", M.EPOCH_KEY)
+  -- Instances that spend rate-limit blocks do not read the epoch on every
+  -- request: they hear of the change through the host's subscription.
+  if redis.invalidate then redis.invalidate() end
   return n ~= nil
 end
 

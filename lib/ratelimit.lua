@@ -17,6 +17,18 @@
 -- Refused requests do not move the TAT: a client that keeps hammering still
 -- gets its N per minute.
 --
+-- Blocks: a client with a large limit (N >= 2,000 per minute) may take up to
+-- N/1000 requests from Redis at once and spend them in this worker within
+-- 50 ms (BLOCK_MS), so that a busy client does not cost a Redis round trip
+-- per request. Blocks start at one request and double while they run out
+-- before their time; what an expired block did not spend is given back with
+-- the next call (the TAT moves back), so a client is charged for what it
+-- sent. The limit stays shared: all blocks come from the one TAT; at any
+-- moment each worker may hold at most N/1000 of it (0.1%). Blocks are used
+-- only while the host hears about credential changes (redis.invalidations:
+-- a rotation or revocation anywhere ends every block and cached credential
+-- at once); otherwise, and for smaller limits, every request asks Redis.
+--
 -- Header values: Remaining is how many requests could be sent right now;
 -- Reset is the whole seconds (rounded up) until the bucket is full again,
 -- i.e. until Remaining would be back at the limit; Retry-After (refusals
@@ -29,31 +41,47 @@ local M = {}
 
 -- Runs inside Redis (Lua 5.1; also valid Lua 5.4, so the unit specs run this
 -- very text). Times are integer microseconds, exact in doubles (< 2^53).
--- KEYS[1] state key, KEYS[2] (optional) epoch key; ARGV[1] limit per minute.
--- Limits above one request per microsecond count as one per microsecond.
--- Returns {allowed 1|0, remaining, us until full, us until allowed, epoch}.
+-- KEYS[1] state key, KEYS[2] (optional) epoch key; ARGV[1] limit per minute,
+-- ARGV[2] requests wanted (default 1), ARGV[3] requests given back (default
+-- 0). Limits above one request per microsecond count as one per microsecond.
+-- Returns {allowed 1|0, remaining, us until full, us until allowed, epoch,
+-- requests granted}.
 M.script = [[
 if redis.replicate_commands then redis.replicate_commands() end
 local window = 60000000
 local limit = math.max(1, math.min(window, math.floor(tonumber(ARGV[1]))))
+local want = math.max(1, math.floor(tonumber(ARGV[2] or '1')))
+local give = math.max(0, math.floor(tonumber(ARGV[3] or '0')))
 -- An integer interval keeps the arithmetic exact (window = N * interval is
 -- at most N microseconds short of a minute).
 local interval = math.floor(window / limit)
 window = interval * limit
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local tat = math.max(tonumber(redis.call('GET', KEYS[1])) or now, now)
-local allowed, wait = 1, 0
-if tat + interval - now > window then
+local tat = tonumber(redis.call('GET', KEYS[1])) or now
+tat = math.max(tat - give * interval, now)
+local available = math.floor((window - (tat - now)) / interval)
+local allowed, wait, granted = 1, 0, 0
+if available < 1 then
   allowed, wait = 0, tat + interval - window - now
 else
-  tat = tat + interval
-  redis.call('SET', KEYS[1], string.format('%.0f', tat), 'PX', math.ceil((tat - now) / 1000))
+  granted = math.min(want, available)
+  tat = tat + granted * interval
+end
+if granted > 0 or give > 0 then
+  if tat > now then
+    redis.call('SET', KEYS[1], string.format('%.0f', tat), 'PX', math.max(1, math.ceil((tat - now) / 1000)))
+  else
+    redis.call('DEL', KEYS[1])
+  end
 end
 local epoch = 0
 if KEYS[2] then epoch = math.floor(tonumber(redis.call('GET', KEYS[2])) or 0) end
-return { allowed, math.floor((window - (tat - now)) / interval), tat - now, wait, epoch }
+return { allowed, math.floor((window - (tat - now)) / interval), tat - now, wait, epoch, granted }
 ]]
+
+local BLOCK_MS = 50
+local BLOCK_SHARE = 1000   -- a block holds at most limit / BLOCK_SHARE requests
 
 local LOG_EVERY_MS = 10000
 local last_fail_log -- per worker state: a dead Redis logs once per 10 s, not per request
@@ -72,10 +100,39 @@ local function fail_open(limit, err)
   return { allowed = true, limit = limit, remaining = limit, reset = 60, failed_open = true }
 end
 
+-- This worker's blocks, by key: { left, size, limit, expires (mono ms),
+-- changes (redis.invalidations when taken), remaining, reset, epoch }.
+local blocks = {}
+
+-- A block may be spent while it has requests left, has not expired and no
+-- credential changed since it was taken.
+local function usable(b, limit, changes, now)
+  return b and b.left > 0 and b.limit == limit and b.changes == changes and now < b.expires
+end
+
+-- How many requests the next call asks for.
+local function next_size(b, max_block)
+  if not b then return 1 end
+  if b.left == 0 then return math.min(max_block, b.size * 2) end -- ran out in time: grow
+  return math.max(1, math.min(max_block, b.size - b.left))         -- expired: what was used
+end
+
 -- Counts one request against `key` (e.g. "client:cli_1", "addr:10.0.0.1")
 -- and reads `epoch_key` (may be nil) in the same round trip.
 -- The state lives under <redis.namespace>:rl:<key>.
 function M.check(key, limit, epoch_key)
+  local max_block = limit // BLOCK_SHARE
+  local changes = max_block >= 2 and redis.invalidations and redis.invalidations() or nil
+  local now = clock.mono_ms()
+  local b = blocks[key]
+  if changes and usable(b, limit, changes, now) then
+    b.left = b.left - 1
+    return { allowed = true, limit = limit, remaining = b.remaining + b.left, reset = b.reset, epoch = b.epoch }
+  end
+  -- What an earlier block did not spend goes back to the bucket.
+  local give = (b and b.limit == limit) and b.left or 0
+  local want = changes and next_size(b, max_block) or 1
+
   local state_key = config.get("redis.namespace") .. ":rl:" .. key
   -- Deferred where the host can: the request gives its worker back while
   -- the call travels with others in one pipelined batch, then runs again
@@ -83,10 +140,12 @@ function M.check(key, limit, epoch_key)
   local eval = redis.eval_deferred or redis.eval_cached
   local reply, err
   if epoch_key then
-    reply, err = eval(M.script, 2, state_key, epoch_key, limit)
+    reply, err = eval(M.script, 2, state_key, epoch_key, limit, want, give)
   else
-    reply, err = eval(M.script, 1, state_key, limit)
+    reply, err = eval(M.script, 1, state_key, limit, want, give)
   end
+  -- Only now, with the answer: the run before a deferred call changes nothing.
+  blocks[key] = nil
   if type(reply) ~= "table" or type(reply[5]) ~= "number" then
     return fail_open(limit, err or "unexpected reply")
   end
@@ -97,8 +156,21 @@ function M.check(key, limit, epoch_key)
     reset = ceil_s(reply[3]),
     epoch = reply[5],
   }
-  if not r.allowed then r.retry_after = math.max(1, ceil_s(reply[4])) end
+  if not r.allowed then
+    r.retry_after = math.max(1, ceil_s(reply[4]))
+  elseif changes then
+    -- This request spends one; the rest of the block waits in this worker.
+    local size = math.max(1, reply[6] or 1)
+    blocks[key] = { left = size - 1, size = size, limit = limit, expires = now + BLOCK_MS, changes = changes,
+                    remaining = r.remaining, reset = r.reset, epoch = r.epoch }
+    r.remaining = r.remaining + size - 1
+  end
   return r
+end
+
+-- Forgets every block (credentials changed: the next request asks Redis).
+function M.forget_blocks()
+  blocks = {}
 end
 
 function M.headers(r)

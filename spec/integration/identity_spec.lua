@@ -320,5 +320,35 @@ describe("identity", function()
       assert.are.equal(401, s)
       assert.are.equal("invalid_client", cjson.decode(body).error)
     end)
+
+    it("revokes at once a busy client whose requests are counted in rate-limit blocks", function()
+      -- A limit this large lets workers take blocks of requests from Redis
+      -- and serve from them without asking Redis each time.
+      local c = cli(a, { "client", "create", "--company", company_b, "--environment", "test",
+        "--scopes", "accounts:read", "--rate-limit", "1000000" })
+      local function pipelined(inst)
+        local _, text = inst:admin("GET", "/metrics")
+        return tonumber(text:match("\nsgw_redis_pipelined_calls_total (%d+)")) or 0
+      end
+      local before = pipelined(a)
+      for i = 1, 200 do
+        local status, _, headers = a:request("GET", "/api/v1/social-accounts", { headers = { ["X-Api-Key"] = c.apiKey } })
+        assert.are.equal(200, status)
+        -- At a million a minute the bucket refills faster than these
+        -- requests come: it stays (nearly) full, never above the limit.
+        local remaining = tonumber(headers["x-ratelimit-remaining"])
+        assert.is_true(remaining >= 1000000 - i and remaining < 1000000, "remaining " .. remaining .. " at request " .. i)
+      end
+      assert.is_true(pipelined(a) - before < 100, "blocks spare Redis most calls: " .. (pipelined(a) - before))
+      for _ = 1, 50 do
+        assert.are.equal(200, (b:request("GET", "/api/v1/social-accounts", { headers = { ["X-Api-Key"] = c.apiKey } })))
+      end
+      cli(a, { "client", "revoke", "--client", c.clientId })
+      for _, inst in ipairs { a, b } do
+        for _ = 1, 8 do
+          refused_401(inst:request("GET", "/api/v1/social-accounts", { headers = { ["X-Api-Key"] = c.apiKey } }))
+        end
+      end
+    end)
   end)
 end)

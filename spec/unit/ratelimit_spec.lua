@@ -19,6 +19,9 @@ describe("ratelimit", function()
       assert.is_true(tonumber(ms) >= 1)
       store[key] = { value = value, expires_us = now_us + tonumber(ms) * 1000 }
       return "OK"
+    elseif cmd == "DEL" then
+      store[key] = nil
+      return 1
     end
     error("unexpected command " .. cmd)
   end
@@ -151,6 +154,72 @@ describe("ratelimit", function()
     assert.equal(2, evals[3].nkeys)
     assert.equal("sgw:cred_epoch", evals[3][2])
     assert.equal(3, #evals) -- one round trip per check
+  end)
+
+  describe("blocks", function()
+    local changes
+    before_each(function()
+      changes = 7
+      _G.redis.invalidations = function() return changes end
+    end)
+
+    it("spend a busy client's requests in the worker, growing, and charge exactly what was sent", function()
+      local limit = 100000 -- blocks of up to 100
+      for i = 1, 1000 do
+        local r = ratelimit.check("client:big", limit)
+        assert.is_true(r.allowed)
+        assert.equal(limit - i, r.remaining, "remaining after " .. i)
+      end
+      -- 1, 2, 4 .. 64 requests, then blocks of 100: a few dozen calls, not a thousand
+      assert.is_true(#evals <= 20, #evals .. " calls to Redis")
+      assert.is_true(#evals >= 10)
+    end)
+
+    it("give back what an expired block did not spend", function()
+      local limit = 100000 -- one request every 600 us
+      -- blocks of 1, 2, 4 .. 64 (127 requests), then one of 100 with 27 unspent
+      for _ = 1, 200 do ratelimit.check("client:big", limit) end
+      mono = mono + 51 -- the worker's block expires; Redis's clock stands still
+      local r = ratelimit.check("client:big", limit)
+      local call = evals[#evals] -- state key, limit, want, give back
+      assert.same({ "sgw:rl:client:big", limit, 73, 27 }, { call[1], call[2], call[3], call[4] })
+      assert.equal(limit - 201, r.remaining)
+      -- Redis holds what was sent plus this worker's new block of 73 (72 unspent).
+      local tat = tonumber(store["sgw:rl:client:big"].value)
+      assert.equal(limit - 201 - 72, (60000000 - (tat - now_us)) // 600)
+    end)
+
+    it("end at once when a credential changes anywhere", function()
+      local limit = 100000
+      for _ = 1, 50 do ratelimit.check("client:big", limit) end
+      local before = #evals
+      ratelimit.check("client:big", limit)
+      assert.equal(before, #evals) -- still inside a block
+      changes = 8
+      ratelimit.check("client:big", limit)
+      assert.equal(before + 1, #evals)
+    end)
+
+    it("are not used for small limits, nor without news of credential changes", function()
+      for _ = 1, 20 do ratelimit.check("client:small", 1999) end
+      assert.equal(20, #evals)
+      _G.redis.invalidations = function() return nil end
+      for _ = 1, 20 do ratelimit.check("client:big", 100000) end
+      assert.equal(40, #evals)
+    end)
+
+    it("share the one budget: a block never takes more than is left", function()
+      local limit = 4000 -- blocks of up to 4
+      for _ = 1, 3990 do assert.is_true(ratelimit.check("client:edge", limit).allowed) end
+      local allowed = 0
+      for _ = 1, 50 do
+        if ratelimit.check("client:edge", limit).allowed then allowed = allowed + 1 end
+      end
+      assert.equal(10, allowed)
+      local r = ratelimit.check("client:edge", limit)
+      assert.is_false(r.allowed)
+      assert.equal(0, r.remaining)
+    end)
   end)
 
   describe("headers", function()
