@@ -558,6 +558,10 @@ static lua_State *state_new(sgw_gen *g, sgw_worker *w, int preload, char *err, s
     lua_State *L = lua_newstate(counting_alloc, m);
     if (!L) { mem_account_free(m); snprintf(err, errlen, "cannot create a Lua state"); return NULL; }
     *deadline_of(L) = 0;
+    /* Requests leave short-lived tables behind over a heap of long-lived
+     * modules: the generational collector spares walking the modules each
+     * cycle (measured: a few percent of throughput on small requests). */
+    lua_gc(L, LUA_GCGEN, 0, 0);
     open_libs(L);
     lapi_config_open(L);
     lapi_log_open(L);

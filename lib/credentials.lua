@@ -16,7 +16,7 @@ local M = {}
 
 M.EPOCH_KEY = config.get("redis.namespace") .. ":credentials:epoch"
 
-local KEY_PATTERN = "^sgk_(%l+)_(%w+)$"
+local KEY_PATTERN = "^sgk_(%l+)_()%w+$"
 local MAX_CREDENTIAL_LENGTH = 256
 
 function M.hash(secret)
@@ -52,8 +52,9 @@ end
 -- garbage costs nothing and an unknown environment is refused early.
 function M.api_key_environment(key)
   if #key > MAX_CREDENTIAL_LENGTH then return nil end
-  local env, rest = key:match(KEY_PATTERN)
-  if (env == "live" or env == "test") and #rest >= 32 then return env end
+  -- The position capture spares making a string of the secret part.
+  local env, secret_from = key:match(KEY_PATTERN)
+  if (env == "live" or env == "test") and #key - secret_from + 1 >= 32 then return env end
   return nil
 end
 

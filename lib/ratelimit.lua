@@ -173,11 +173,24 @@ function M.forget_blocks()
   blocks = {}
 end
 
+-- Header values are the same few numbers over and over: their text is kept.
+local texts, text_count = {}, 0
+
+local function text_of(n)
+  local t = texts[n]
+  if not t then
+    if text_count >= 4096 then texts, text_count = {}, 0 end
+    t = tostring(n)
+    texts[n], text_count = t, text_count + 1
+  end
+  return t
+end
+
 function M.headers(r)
   local h = {
-    ["X-RateLimit-Limit"] = tostring(math.floor(r.limit)),
+    ["X-RateLimit-Limit"] = text_of(math.floor(r.limit)),
     ["X-RateLimit-Remaining"] = tostring(r.remaining),
-    ["X-RateLimit-Reset"] = tostring(r.reset),
+    ["X-RateLimit-Reset"] = text_of(r.reset),
   }
   if not r.allowed then h["Retry-After"] = tostring(r.retry_after) end
   return h
