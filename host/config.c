@@ -204,8 +204,14 @@ void config_free(void) {
     nentries = capentries = 0;
 }
 
+/* config.get(key): settings do not change while the process runs, so each
+ * state keeps the values it has read (upvalue 1) instead of searching the
+ * table on every call; handlers read some on every request. */
 static int l_config_get(lua_State *L) {
     const char *key = luaL_checkstring(L, 1);
+    lua_settop(L, 1);
+    if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNIL) return 1;
+    lua_pop(L, 1);
     config_entry *e = find(key);
     if (!e) { lua_pushnil(L); return 1; }
     switch (e->type) {
@@ -214,11 +220,16 @@ static int l_config_get(lua_State *L) {
     case CT_BOOL: lua_pushboolean(L, config_bool(key)); break;
     default: lua_pushstring(L, e->value); break;
     }
+    lua_pushvalue(L, 1);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, lua_upvalueindex(1));
     return 1;
 }
 
 void lapi_config_open(lua_State *L) {
-    static const luaL_Reg fns[] = { { "get", l_config_get }, { NULL, NULL } };
-    luaL_newlib(L, fns);
+    lua_createtable(L, 0, 1);
+    lua_newtable(L);                    /* key -> value read */
+    lua_pushcclosure(L, l_config_get, 1);
+    lua_setfield(L, -2, "get");
     lua_setglobal(L, "config");
 }
