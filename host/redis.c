@@ -637,16 +637,23 @@ static int l_eval_deferred(lua_State *L)
     collect_args(L, 2, n, argv, lens, 2);
 
     if (req->deferred) {
+        /* d stays the request's until the answer is on the stack, so that
+         * an error raised on the way (the memory ceiling) cannot leak it. */
         sgw_deferred *d = req->deferred;
-        req->deferred = NULL;
         if (redis_pipe_matches(d, argc, argv, lens)) {
+            reply_box *b = push_box(L);
             const char *err = NULL;
             redisReply *rep = redis_pipe_take(d, &err);
-            redis_pipe_free(d);
-            if (rep == NULL)
-                return io_failure(L, err ? err : "redis unavailable");
-            reply_box *b = push_box(L);
+            if (rep == NULL) {
+                lua_pushnil(L);
+                lua_pushstring(L, err && *err ? err : "redis unavailable");
+                req->deferred = NULL;
+                redis_pipe_free(d);
+                return 2;
+            }
             box_set(b, rep);
+            req->deferred = NULL;
+            redis_pipe_free(d);
             if (rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "NOSCRIPT", 8) == 0) {
                 lua_settop(L, n);    /* the plain call, with its own retry */
                 SGW_MIGRATE_IF_SOCKET(L, eval_cached_k);
@@ -654,6 +661,7 @@ static int l_eval_deferred(lua_State *L)
             }
             return push_result(L, b);
         }
+        req->deferred = NULL;
         /* The request asked for something else this time (its credential
          * changed in between): make the call itself. */
         redis_pipe_free(d);
