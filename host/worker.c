@@ -223,6 +223,12 @@ static void push_request(lua_State *L, sgw_request *req) {
         lua_pushinteger(L, req->early_status);
         lua_setfield(L, -2, "early_status");
     }
+    if (req->deferrals) {
+        /* Runs again after a deferred call: what the first run did, such
+         * as a log line, is not done twice. */
+        lua_pushboolean(L, 1);
+        lua_setfield(L, -2, "rerun");
+    }
     if (req->match.allow[0]) {
         lua_pushstring(L, req->match.allow);
         lua_setfield(L, -2, "allow");

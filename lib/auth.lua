@@ -45,7 +45,8 @@ function M.identify(req, use_cache)
   if credential == false then return nil, why end
   local ident, reason, cached = credentials.lookup(credential, use_cache)
   if not ident then
-    log.info("auth_refused", { requestId = req.id, reason = reason })
+    -- Once per request, also when it ran again after its rate-limit call.
+    if not req.rerun then log.info("auth_refused", { requestId = req.id, reason = reason }) end
     return nil, M.REFUSAL
   end
   return ident, nil, cached

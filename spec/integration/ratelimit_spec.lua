@@ -125,6 +125,22 @@ describe("rate limits", function()
     assert.is_true((metric(a, "sgw_requests_deferred_total") or 0) >= 6)
   end)
 
+  it("runs a request again after its pipelined call without repeating what it logged", function()
+    local inst = stack.start_sgw { name = "rl_rerun", set = { ["api.rate_limit.anonymous_per_minute"] = 100 } }
+    -- Malformed: refused without a database lookup, before the rate limit.
+    local status, _, headers = inst:request("GET", "/api/v1/social-accounts", { headers = { ["X-Api-Key"] = "not-a-key" } })
+    assert.equal(401, status)
+    assert.equal("99", headers["x-ratelimit-remaining"])
+    assert.is_true((metric(inst, "sgw_requests_deferred_total") or 0) >= 1)
+    local lines = 0
+    for line in inst:log():gmatch("[^\n]+") do
+      if line:find('"event":"auth_refused"', 1, true) and line:find(headers["x-request-id"], 1, true) then
+        lines = lines + 1
+      end
+    end
+    assert.equal(1, lines)
+  end)
+
   it("fails open when Redis is unreachable", function()
     local inst = stack.start_sgw {
       name = "rl_dead_redis", redis_url = "redis://127.0.0.1:1",
