@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,10 +155,21 @@ static int opt_string_arg(lua_State *L, int idx, const char **s, size_t *len)
 
 /* ---------------------------------------------------------- digests/MACs */
 
+/* Fetched once: EVP_sha256() makes OpenSSL look the implementation up (under
+ * a lock) on every digest, and credentials are hashed on every request. */
+static EVP_MD        *sha256_md;
+static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
+
+static void fetch_sha256(void)
+{
+    sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+}
+
 static void sha256(const char *s, size_t n, unsigned char out[32])
 {
     unsigned int len = 32;
-    if (EVP_Digest(s, n, out, &len, EVP_sha256(), NULL) != 1)
+    pthread_once(&sha256_once, fetch_sha256);
+    if (EVP_Digest(s, n, out, &len, sha256_md ? sha256_md : EVP_sha256(), NULL) != 1)
         abort(); /* only fails when the library itself is broken */
 }
 
