@@ -102,7 +102,8 @@ end
 
 -- This worker's blocks, by key: { left, size, limit, expires (mono ms),
 -- changes (redis.invalidations when taken), remaining, reset, epoch }.
-local blocks = {}
+local blocks, block_count = {}, 0
+local MAX_BLOCKS = 10000   -- keys this worker holds blocks for; then it starts over
 
 -- A block may be spent while it has requests left, has not expired and no
 -- credential changed since it was taken.
@@ -145,7 +146,7 @@ function M.check(key, limit, epoch_key)
     reply, err = eval(M.script, 1, state_key, limit, want, give)
   end
   -- Only now, with the answer: the run before a deferred call changes nothing.
-  blocks[key] = nil
+  if b then blocks[key], block_count = nil, block_count - 1 end
   if type(reply) ~= "table" or type(reply[5]) ~= "number" then
     return fail_open(limit, err or "unexpected reply")
   end
@@ -161,16 +162,13 @@ function M.check(key, limit, epoch_key)
   elseif changes then
     -- This request spends one; the rest of the block waits in this worker.
     local size = math.max(1, reply[6] or 1)
+    if block_count >= MAX_BLOCKS then blocks, block_count = {}, 0 end
+    block_count = block_count + 1
     blocks[key] = { left = size - 1, size = size, limit = limit, expires = now + BLOCK_MS, changes = changes,
                     remaining = r.remaining, reset = r.reset, epoch = r.epoch }
     r.remaining = r.remaining + size - 1
   end
   return r
-end
-
--- Forgets every block (credentials changed: the next request asks Redis).
-function M.forget_blocks()
-  blocks = {}
 end
 
 -- Header values are the same few numbers over and over: their text is kept.
