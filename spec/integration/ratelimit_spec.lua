@@ -191,6 +191,45 @@ describe("rate limits", function()
     assert.is_true(#statuses >= 4)
   end)
 
+  it("revokes a busy client at once, also after Redis went away and came back", function()
+    local r = new_redis()
+    local inst = stack.start_sgw {
+      name = "rl_blocks_revoke", redis_url = r.url,
+      set = { ["redis.retry_interval_ms"] = 100, ["api.credential_cache_seconds"] = 600 },
+    }
+    local function run(argv)
+      local code, out = inst:command(argv)
+      assert(code == 0, table.concat(argv, " ") .. " failed: " .. out)
+      return assert(cjson.decode(out:match("{.*}")), out)
+    end
+    local company = run { "company", "create", "--name", "Busy" }.companyId
+    local c = run { "client", "create", "--company", company, "--environment", "test",
+      "--scopes", "accounts:read", "--rate-limit", "1000000" }
+    local function get()
+      return inst:request("GET", "/api/v1/social-accounts", { headers = { ["X-Api-Key"] = c.apiKey } })
+    end
+    for _ = 1, 50 do assert.equal(200, (get())) end
+
+    r.kill()
+    for _ = 1, 5 do
+      local status, _, headers = get()
+      assert.equal(200, status)
+      assert.equal("1000000", headers["x-ratelimit-remaining"]) -- failed open
+    end
+    r.start()
+    stack.eventually(function()
+      local status, _, headers = get()
+      return status == 200 and headers["x-ratelimit-remaining"] ~= "1000000"
+    end, 10, 0.05, "counted in Redis again")
+    for _ = 1, 50 do assert.equal(200, (get())) end
+
+    run { "client", "revoke", "--client", c.clientId }
+    for _ = 1, 8 do
+      local status, body = get()
+      assert.equal(401, status, body)
+    end
+  end)
+
   local has_cli = io.open(stack.repo_root() .. "/handlers/cli/client.lua")
   if has_cli then has_cli:close() end
   local test_clients = has_cli and it or pending
