@@ -560,23 +560,31 @@ static const char *script_sha(lua_State *L, size_t *len)
     return lua_tolstring(L, -1, len);
 }
 
-static int eval_cached_run(lua_State *L)
+/* Checks (script, nkeys, ...) at 1..n and builds EVALSHA sha nkeys args...
+ * in a collected userdata; returns argc (n + 1). */
+static int evalsha_args(lua_State *L, int n, const char ***argv, size_t **lens)
 {
-    int n = lua_gettop(L);
     luaL_checktype(L, 1, LUA_TSTRING);
     lua_Integer nkeys = luaL_checkinteger(L, 2);
     luaL_argcheck(L, nkeys >= 0 && nkeys <= n - 2, 2, "nkeys out of range");
-    const char **argv;
-    size_t *lens;
-    int argc = n + 1;                /* EVALSHA sha nkeys args... */
+    int argc = n + 1;
     size_t shalen;
     const char *sha = script_sha(L, &shalen);
-    alloc_args(L, argc, &argv, &lens);
-    argv[0] = "EVALSHA";
-    lens[0] = 7;
-    argv[1] = sha;
-    lens[1] = shalen;
-    collect_args(L, 2, n, argv, lens, 2);
+    alloc_args(L, argc, argv, lens);
+    (*argv)[0] = "EVALSHA";
+    (*lens)[0] = 7;
+    (*argv)[1] = sha;
+    (*lens)[1] = shalen;
+    collect_args(L, 2, n, *argv, *lens, 2);
+    return argc;
+}
+
+static int eval_cached_run(lua_State *L)
+{
+    int n = lua_gettop(L);
+    const char **argv;
+    size_t *lens;
+    int argc = evalsha_args(L, n, &argv, &lens);
     sgw_redis *r = worker_redis(L);
     if (r == NULL)
         return io_failure(L, "redis not configured");
@@ -611,30 +619,19 @@ static int eval_cached_run(lua_State *L)
  * ahead through redis_pipe.c and the request dropped, to run again once the
  * reply is in; then this finds its reply. Elsewhere, or when the request
  * has been deferred once already, it is eval_cached. */
-static int eval_cached_k(lua_State *L, int status, lua_KContext ctx);
+static int l_eval_cached_k(lua_State *L, int status, lua_KContext ctx);
 
 static int l_eval_deferred(lua_State *L)
 {
     sgw_request *req = sgw_current_request;
     if (req == NULL || (req->deferred == NULL && (req->deferrals || !redis_pipe_running()))) {
-        SGW_MIGRATE_IF_SOCKET(L, eval_cached_k);
+        SGW_MIGRATE_IF_SOCKET(L, l_eval_cached_k);
         return eval_cached_run(L);
     }
     int n = lua_gettop(L);
-    luaL_checktype(L, 1, LUA_TSTRING);
-    lua_Integer nkeys = luaL_checkinteger(L, 2);
-    luaL_argcheck(L, nkeys >= 0 && nkeys <= n - 2, 2, "nkeys out of range");
-    int argc = n + 1;                /* EVALSHA sha nkeys args... */
-    size_t shalen;
-    const char *sha = script_sha(L, &shalen);
     const char **argv;
     size_t *lens;
-    alloc_args(L, argc, &argv, &lens);
-    argv[0] = "EVALSHA";
-    lens[0] = 7;
-    argv[1] = sha;
-    lens[1] = shalen;
-    collect_args(L, 2, n, argv, lens, 2);
+    int argc = evalsha_args(L, n, &argv, &lens);
 
     if (req->deferred) {
         /* d stays the request's until the answer is on the stack, so that
@@ -656,7 +653,7 @@ static int l_eval_deferred(lua_State *L)
             redis_pipe_free(d);
             if (rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "NOSCRIPT", 8) == 0) {
                 lua_settop(L, n);    /* the plain call, with its own retry */
-                SGW_MIGRATE_IF_SOCKET(L, eval_cached_k);
+                SGW_MIGRATE_IF_SOCKET(L, l_eval_cached_k);
                 return eval_cached_run(L);
             }
             return push_result(L, b);
@@ -666,13 +663,13 @@ static int l_eval_deferred(lua_State *L)
          * changed in between): make the call itself. */
         redis_pipe_free(d);
         lua_settop(L, n);
-        SGW_MIGRATE_IF_SOCKET(L, eval_cached_k);
+        SGW_MIGRATE_IF_SOCKET(L, l_eval_cached_k);
         return eval_cached_run(L);
     }
     if (sgw_defer_if_socket(L)) {
         size_t srclen;
         const char *src = lua_tolstring(L, 1, &srclen);
-        sgw_deferred *d = redis_pipe_script(sha, src, srclen) == 0 ? redis_pipe_call(argc, argv, lens) : NULL;
+        sgw_deferred *d = redis_pipe_script(argv[1], src, srclen) == 0 ? redis_pipe_call(argc, argv, lens) : NULL;
         if (d) {
             req->deferred = d;
             req->deferrals++;
@@ -680,7 +677,7 @@ static int l_eval_deferred(lua_State *L)
         }
     }
     lua_settop(L, n);
-    SGW_MIGRATE_IF_SOCKET(L, eval_cached_k);
+    SGW_MIGRATE_IF_SOCKET(L, l_eval_cached_k);
     return eval_cached_run(L);
 }
 
@@ -719,46 +716,25 @@ static int invalidate_run(lua_State *L)
     return 1;
 }
 
-static int invalidate_k(lua_State *L, int status, lua_KContext ctx)
-{
-    (void)status;
-    (void)ctx;
-    return invalidate_run(L);
-}
+/* The bindings that may block: on a socket thread each migrates first
+ * (SGW_MIGRATE_IF_SOCKET); its continuation runs the same body again on the
+ * worker's own thread. */
+#define BLOCKING_BINDING(name, body) \
+    static int name##_k(lua_State *L, int status, lua_KContext ctx) \
+    { \
+        (void)status; \
+        (void)ctx; \
+        return body(L); \
+    } \
+    static int name(lua_State *L) \
+    { \
+        SGW_MIGRATE_IF_SOCKET(L, name##_k); \
+        return body(L); \
+    }
 
-static int l_invalidate(lua_State *L)
-{
-    SGW_MIGRATE_IF_SOCKET(L, invalidate_k);
-    return invalidate_run(L);
-}
-
-/* On a socket thread both migrate first (SGW_MIGRATE_IF_SOCKET); the
- * continuations run the same body on the worker's own thread. */
-static int call_k(lua_State *L, int status, lua_KContext ctx)
-{
-    (void)status;
-    (void)ctx;
-    return call_run(L);
-}
-
-static int l_call(lua_State *L)
-{
-    SGW_MIGRATE_IF_SOCKET(L, call_k);
-    return call_run(L);
-}
-
-static int eval_cached_k(lua_State *L, int status, lua_KContext ctx)
-{
-    (void)status;
-    (void)ctx;
-    return eval_cached_run(L);
-}
-
-static int l_eval_cached(lua_State *L)
-{
-    SGW_MIGRATE_IF_SOCKET(L, eval_cached_k);
-    return eval_cached_run(L);
-}
+BLOCKING_BINDING(l_call, call_run)
+BLOCKING_BINDING(l_eval_cached, eval_cached_run)
+BLOCKING_BINDING(l_invalidate, invalidate_run)
 
 void lapi_redis_open(lua_State *L, sgw_worker *w)
 {

@@ -27,35 +27,49 @@ void routes_free(sgw_routes *rs) {
     rs->n = 0;
 }
 
-/* Splits "/a/{b}/c" into {"a", "{b}", "c"}. The root "/" has no segments. */
-static int split_path(const char *path, char ***out, int *nout) {
-    int n = 0, cap = 8;
-    char **v = malloc((size_t)cap * sizeof *v);
-    if (!v) return -1;
+/* A segment of a path, pointing into the path itself. */
+typedef struct path_seg { const char *p; size_t len; } path_seg;
+
+#define MAX_PATH_SEGMENTS 32        /* the most a route may have */
+
+/* Splits path into segments without copying it; -1 when there are more
+ * than max (no route can match such a path). */
+static int path_segments(const char *path, path_seg *v, int max) {
+    int n = 0;
     const char *p = path;
     while (*p) {
         while (*p == '/') p++;
         if (!*p) break;
         const char *e = strchr(p, '/');
         size_t len = e ? (size_t)(e - p) : strlen(p);
-        if (n == cap) {
-            cap *= 2;
-            char **nv = realloc(v, (size_t)cap * sizeof *nv);
-            if (!nv) goto fail;
-            v = nv;
-        }
-        v[n] = strndup(p, len);
-        if (!v[n]) goto fail;
+        if (n == max) return -1;
+        v[n].p = p;
+        v[n].len = len;
         n++;
         p += len;
+    }
+    return n;
+}
+
+/* Splits "/a/{b}/c" into {"a", "{b}", "c"} (copies). The root "/" has no
+ * segments. */
+static int split_path(const char *path, char ***out, int *nout) {
+    path_seg segs[MAX_PATH_SEGMENTS];
+    int n = path_segments(path, segs, MAX_PATH_SEGMENTS);
+    if (n < 0) return -1;
+    char **v = calloc(n ? (size_t)n : 1, sizeof *v);
+    if (!v) return -1;
+    for (int i = 0; i < n; i++) {
+        v[i] = strndup(segs[i].p, segs[i].len);
+        if (!v[i]) {
+            for (int j = 0; j < i; j++) free(v[j]);
+            free(v);
+            return -1;
+        }
     }
     *out = v;
     *nout = n;
     return 0;
-fail:
-    for (int i = 0; i < n; i++) free(v[i]);
-    free(v);
-    return -1;
 }
 
 static int field_string(lua_State *L, int idx, const char *name, char **out, int required,
@@ -96,7 +110,8 @@ static int parse_route(lua_State *L, int idx, int routeno, sgw_route *r, char *e
         goto fail;
     }
     if (split_path(r->pattern, &r->segments, &r->nsegments)) {
-        snprintf(err, errlen, "out of memory");
+        snprintf(err, errlen, "handlers/routes.lua: route %d: more than %d segments, or out of memory", routeno,
+                 MAX_PATH_SEGMENTS);
         goto fail;
     }
     lua_getfield(L, idx, "max_body");
@@ -160,30 +175,6 @@ int routes_from_lua(lua_State *L, sgw_routes *out, char *err, size_t errlen) {
         out->n++;
     }
     return 0;
-}
-
-/* A segment of the request path, pointing into the path itself. */
-typedef struct path_seg { const char *p; size_t len; } path_seg;
-
-#define MAX_PATH_SEGMENTS 32        /* more than any route has */
-
-/* Splits path into segments without copying it; -1 when there are more
- * than max (no route can match such a path). */
-static int path_segments(const char *path, path_seg *v, int max) {
-    int n = 0;
-    const char *p = path;
-    while (*p) {
-        while (*p == '/') p++;
-        if (!*p) break;
-        const char *e = strchr(p, '/');
-        size_t len = e ? (size_t)(e - p) : strlen(p);
-        if (n == max) return -1;
-        v[n].p = p;
-        v[n].len = len;
-        n++;
-        p += len;
-    }
-    return n;
 }
 
 /* Compares one pattern against the request's segments, capturing params. */

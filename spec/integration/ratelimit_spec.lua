@@ -65,6 +65,13 @@ local function assert_rate_limited(status, body, headers)
   return retry
 end
 
+-- Runs an sgw CLI command against inst's database; its JSON answer.
+local function cli(inst, argv)
+  local code, out = inst:command(argv)
+  assert(code == 0, table.concat(argv, " ") .. " failed: " .. out)
+  return assert(cjson.decode(out:match("{.*}")), out)
+end
+
 local function metric(inst, name)
   local status, text = inst:admin("GET", "/metrics")
   assert.equal(200, status)
@@ -197,11 +204,7 @@ describe("rate limits", function()
       name = "rl_blocks_revoke", redis_url = r.url,
       set = { ["redis.retry_interval_ms"] = 100, ["api.credential_cache_seconds"] = 600 },
     }
-    local function run(argv)
-      local code, out = inst:command(argv)
-      assert(code == 0, table.concat(argv, " ") .. " failed: " .. out)
-      return assert(cjson.decode(out:match("{.*}")), out)
-    end
+    local function run(argv) return cli(inst, argv) end
     local company = run { "company", "create", "--name", "Busy" }.companyId
     local c = run { "client", "create", "--company", company, "--environment", "test",
       "--scopes", "accounts:read", "--rate-limit", "1000000" }
@@ -239,11 +242,7 @@ describe("rate limits", function()
       name = "rl_clients",
       set = { ["api.rate_limit.anonymous_per_minute"] = 2, ["api.rate_limit.per_minute"] = 100 },
     }
-    local function run(argv)
-      local code, out = inst:command(argv)
-      assert(code == 0, table.concat(argv, " ") .. " failed: " .. out)
-      return assert(cjson.decode(out:match("{.*}")), out)
-    end
+    local function run(argv) return cli(inst, argv) end
     local company = run { "company", "create", "--name", "A" }.companyId
     local function client(extra)
       local argv = { "client", "create", "--company", company, "--environment", "test", "--scopes", "accounts:read" }
