@@ -4,21 +4,11 @@
  * checks, nil on bad input, raised errors) is what is tested.
  */
 #include "sgw.h"
+#include "check.h"
 
 #include <stdio.h>
 #include <string.h>
 
-static int passed, failed;
-
-static void check(int ok, const char *name, const char *detail)
-{
-    if (ok) {
-        passed++;
-    } else {
-        failed++;
-        printf("FAIL %s%s%s\n", name, detail ? ": " : "", detail ? detail : "");
-    }
-}
 
 /* Runs a chunk that returns true on success, or false/nil and a message. */
 static void lua_case(lua_State *L, const char *name, const char *code)

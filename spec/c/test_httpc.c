@@ -7,6 +7,7 @@
  * leaks).
  */
 #include "sgw.h"
+#include "check.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -18,18 +19,8 @@
 
 void httpc_set_current(sgw_httpc *h, lua_State *co);
 
-static int passed, failed;
 static int port;
 static pid_t server;
-
-static void check(int ok, const char *name, const char *detail) {
-    if (ok) {
-        passed++;
-    } else {
-        failed++;
-        printf("FAIL %s%s%s\n", name, detail ? ": " : "", detail ? detail : "");
-    }
-}
 
 static double now_ms(void) {
     struct timespec ts;

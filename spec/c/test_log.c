@@ -4,6 +4,7 @@
  * or reordered against the lines written at once, from many threads.
  */
 #include "sgw.h"
+#include "check.h"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -13,17 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static int passed, failed;
 static char out_path[] = "/tmp/sgw-test-log-XXXXXX";
-
-static void check(int ok, const char *name, const char *detail) {
-    if (ok) {
-        passed++;
-    } else {
-        failed++;
-        printf("FAIL %s%s%s\n", name, detail ? ": " : "", detail ? detail : "");
-    }
-}
 
 /* Everything written to stderr so far (caller frees). */
 static char *written(void) {

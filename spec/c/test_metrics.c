@@ -5,6 +5,7 @@
  * name validation, the series bound and concurrent recording.
  */
 #include "sgw.h"
+#include "check.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -13,17 +14,6 @@
 
 void metrics_reset(void);          /* metrics.c: forgets every series */
 
-static int passed, failed;
-
-static void check(int ok, const char *name, const char *detail)
-{
-    if (ok) {
-        passed++;
-    } else {
-        failed++;
-        printf("FAIL %s%s%s\n", name, detail ? ": " : "", detail ? detail : "");
-    }
-}
 
 static void expect_render(const char *name, const char *want)
 {

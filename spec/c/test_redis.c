@@ -7,6 +7,7 @@
  * a dead Redis cheap.
  */
 #include "sgw.h"
+#include "check.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -18,17 +19,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static int passed, failed;
-
-static void check(int ok, const char *name, const char *detail)
-{
-    if (ok) {
-        passed++;
-    } else {
-        failed++;
-        printf("FAIL %s%s%s\n", name, detail ? ": " : "", detail ? detail : "");
-    }
-}
 
 static double now_ms(void)
 {
