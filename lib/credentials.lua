@@ -149,6 +149,17 @@ end
 -- reads the same, so nothing tells whether a key exists). The third value
 -- is true when the answer came from the cache.
 function M.lookup(credential, use_cache)
+  if #credential > MAX_CREDENTIAL_LENGTH then return nil, "malformed" end
+  local hash = M.hash(credential)
+  -- A cached identity came from this very credential, checked in full when
+  -- it was cached: the shape checks below are for the first time only.
+  if use_cache then
+    local ident = cache_get(hash)
+    if ident then
+      if expired(ident) then return nil, "expired" end
+      return ident, nil, true
+    end
+  end
   local kind, sql
   if M.api_key_environment(credential) then
     kind, sql = "api_key", KEY_SQL
@@ -156,14 +167,6 @@ function M.lookup(credential, use_cache)
     kind, sql = "access_token", TOKEN_SQL
   else
     return nil, "malformed"
-  end
-  local hash = M.hash(credential)
-  if use_cache then
-    local ident = cache_get(hash)
-    if ident then
-      if expired(ident) then return nil, "expired" end
-      return ident, nil, true
-    end
   end
   local rows, err = db.query(sql, hash)
   if not rows then return nil, "lookup failed: " .. tostring(err) end
