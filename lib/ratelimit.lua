@@ -128,7 +128,10 @@ function M.check(key, limit, epoch_key)
   local b = blocks[key]
   if changes and usable(b, limit, changes, now) then
     b.left = b.left - 1
-    return { allowed = true, limit = limit, remaining = b.remaining + b.left, reset = b.reset, epoch = b.epoch }
+    -- One answer per block, brought up to date: a request only reads it.
+    local r = b.answer
+    r.remaining = b.remaining + b.left
+    return r
   end
   -- What an earlier block did not spend goes back to the bucket.
   local give = (b and b.limit == limit) and b.left or 0
@@ -165,7 +168,8 @@ function M.check(key, limit, epoch_key)
     if block_count >= MAX_BLOCKS then blocks, block_count = {}, 0 end
     block_count = block_count + 1
     blocks[key] = { left = size - 1, size = size, limit = limit, expires = now + BLOCK_MS, changes = changes,
-                    remaining = r.remaining, reset = r.reset, epoch = r.epoch }
+                    remaining = r.remaining, reset = r.reset, epoch = r.epoch,
+                    answer = { allowed = true, limit = limit, reset = r.reset, epoch = r.epoch, headers = {} } }
     r.remaining = r.remaining + size - 1
   end
   return r
@@ -184,12 +188,13 @@ local function text_of(n)
   return t
 end
 
+-- The answer of a block carries a headers table of its own, filled anew for
+-- each request (the dispatcher copies it into the response at once).
 function M.headers(r)
-  local h = {
-    ["X-RateLimit-Limit"] = text_of(math.floor(r.limit)),
-    ["X-RateLimit-Remaining"] = tostring(r.remaining),
-    ["X-RateLimit-Reset"] = text_of(r.reset),
-  }
+  local h = r.headers or {}
+  h["X-RateLimit-Limit"] = text_of(math.floor(r.limit))
+  h["X-RateLimit-Remaining"] = tostring(r.remaining)
+  h["X-RateLimit-Reset"] = text_of(r.reset)
   if not r.allowed then h["Retry-After"] = tostring(r.retry_after) end
   return h
 end
