@@ -295,7 +295,7 @@ static void resume_job(runner *r, job *j, int nargs) {
     sgw_httpc *h = r->w.httpc;
     int nres = 0;
     httpc_set_current(h, co);
-    luart_arm_budget(co, r->budget_ms);
+    budget_arm(co, r->budget_ms);
     int st = luart_resume(co, r->w.L, nargs, &nres);
     httpc_set_current(h, NULL);
 

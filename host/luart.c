@@ -1,6 +1,6 @@
 /*
  * luart.c — the Lua runtime: generations of handlers/ and lib/, sandboxed
- * module loading, memory ceilings and instruction/time budgets.
+ * module loading and memory ceilings (time budgets: budget.c).
  *
  * A generation is a snapshot of every .lua file under handlers/ and lib/,
  * read once and checked by building a complete Lua state from it (every
@@ -22,7 +22,6 @@
 
 #define MAX_FILES      4096
 #define MAX_FILE_BYTES (4u << 20)
-#define HOOK_EVERY     10000
 
 static pthread_mutex_t gen_lock = PTHREAD_MUTEX_INITIALIZER;
 static sgw_gen        *current;
@@ -129,29 +128,6 @@ static void *counting_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
     return p;
 }
 
-/* ------------------------------------------------------------ budgets */
-
-/* The deadline of the running call lives in the thread's extra space, so
- * coroutines (jobs) each carry their own. */
-static uint64_t *deadline_of(lua_State *L) { return (uint64_t *)lua_getextraspace(L); }
-
-static void budget_hook(lua_State *L, lua_Debug *ar) {
-    (void)ar;
-    uint64_t d = *deadline_of(L);
-    if (d && clock_mono_ms() > d) {
-        /* From now on raise at every instruction, so that a handler's own
-         * pcall cannot swallow the error and carry on looping: the error
-         * surfaces again in whichever frame runs next. */
-        lua_sethook(L, budget_hook, LUA_MASKCOUNT, 1);
-        luaL_error(L, "handler exceeded its time budget (lua.handler_budget_ms)");
-    }
-}
-
-void luart_arm_budget(lua_State *co, double budget_ms) {
-    *deadline_of(co) = budget_ms > 0 ? clock_mono_ms() + (uint64_t)budget_ms : 0;
-    lua_sethook(co, budget_hook, LUA_MASKCOUNT, HOOK_EVERY);
-}
-
 int luart_traceback(lua_State *L) {
     const char *msg = lua_tostring(L, 1);
     if (!msg) {
@@ -166,16 +142,19 @@ int luart_call(lua_State *L, int nargs, int nresults, double budget_ms) {
     int base = lua_gettop(L) - nargs;
     lua_pushcfunction(L, luart_traceback);
     lua_insert(L, base);
-    luart_arm_budget(L, budget_ms);
+    budget_arm(L, budget_ms);
+    budget_enter(L);
     int rc = lua_pcall(L, nargs, nresults, base);
-    *deadline_of(L) = 0;
-    lua_sethook(L, NULL, 0, 0);
+    budget_leave();
+    budget_disarm(L);
     lua_remove(L, base);
     return rc;
 }
 
 int luart_resume(lua_State *co, lua_State *from, int nargs, int *nres) {
+    budget_enter(co);
     int rc = lua_resume(co, from, nargs, nres);
+    budget_leave();
     if (rc != LUA_OK && rc != LUA_YIELD) {
         const char *msg = lua_tostring(co, -1);
         luaL_traceback(co, co, msg ? msg : "(error object is not a string)", 0);
@@ -557,7 +536,7 @@ static lua_State *state_new(sgw_gen *g, sgw_worker *w, int preload, char *err, s
     if (m->limit == 0) m->limit = (size_t)128 << 20;
     lua_State *L = lua_newstate(counting_alloc, m);
     if (!L) { mem_account_free(m); snprintf(err, errlen, "cannot create a Lua state"); return NULL; }
-    *deadline_of(L) = 0;
+    budget_disarm(L);
     /* Requests leave short-lived tables behind over a heap of long-lived
      * modules: the generational collector spares walking the modules each
      * cycle (measured: a few percent of throughput on small requests). */
@@ -687,6 +666,7 @@ static sgw_gen *gen_build(const char *root, char *err, size_t errlen) {
 }
 
 int luart_init(const char *root, char *err, size_t errlen) {
+    if (budget_start()) { snprintf(err, errlen, "cannot start the budget watchdog: %s", strerror(errno)); return -1; }
     runtime_root = strdup(root);
     if (!runtime_root) { snprintf(err, errlen, "out of memory"); return -1; }
     sgw_gen *g = gen_build(root, err, errlen);
@@ -739,4 +719,5 @@ void luart_shutdown(void) {
     pthread_setspecific(cached_key, NULL);
     free(runtime_root);
     runtime_root = NULL;
+    budget_stop();
 }

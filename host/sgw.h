@@ -2,7 +2,7 @@
  * sgw.h — the shared declarations of the sgw host.
  *
  * Each concern lives in its own file (config.c, http.c, router.c, worker.c,
- * luart.c, pg.c, redis.c, httpc.c, crypto.c, jobs.c, log.c, metrics.c,
+ * luart.c, budget.c, pg.c, redis.c, httpc.c, crypto.c, jobs.c, log.c, metrics.c,
  * admin.c, main.c); this header is the one place where they meet. The host
  * knows nothing of posts or comments: that is Lua's business.
  */
@@ -252,16 +252,27 @@ void     luart_last_error_copy(char *buf, size_t n);
 int      luart_refresh(sgw_worker *w, char *err, size_t errlen);
 void     luart_close_state(sgw_worker *w);
 /* Calls the function under the arguments on L's stack with the handler
- * budget (instruction/time) armed. On error, leaves a message with traceback
- * on the stack and returns the lua status. Works for coroutines too. */
+ * time budget armed. On error, leaves a message with traceback on the
+ * stack and returns the lua status. Works for coroutines too. */
 int      luart_call(lua_State *L, int nargs, int nresults, double budget_ms);
-/* For coroutines that run in slices (jobs): arms a deadline for L's thread. */
-void     luart_arm_budget(lua_State *co, double budget_ms);
+/* Resumes co within the budget budget_arm gave it (jobs run in slices). */
 int      luart_resume(lua_State *co, lua_State *from, int nargs, int *nres);
 /* Message handler: the error message with the stack traceback appended. */
 int      luart_traceback(lua_State *L);
 /* Requires module `name` in w->L and leaves it on the stack; 0 ok. */
 int      luart_require(lua_State *L, const char *name, char *err, size_t errlen);
+
+/* ----------------------------------------------------------------- budget.c
+ * Time budgets of Lua runs, watched by one thread: a run past its deadline
+ * gets a hook that raises an error at its next instruction. */
+int  budget_start(void);                     /* the watchdog; 0 ok */
+void budget_stop(void);
+/* Gives co (a coroutine or state) budget_ms from now; 0: no budget. */
+void budget_arm(lua_State *co, double budget_ms);
+void budget_disarm(lua_State *L);
+/* Around every resume or call of an armed state, on the thread that runs it. */
+void budget_enter(lua_State *co);
+void budget_leave(void);
 
 /* ----------------------------------------------------------------- http.c
  * The public listener (libmicrohttpd) and the request record handed to

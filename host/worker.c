@@ -341,7 +341,9 @@ static int resume(sgw_request *req, lua_State *co, lua_State *from, int nargs, i
     defer_asked = 0;
     if (on_socket) sgw_socket_co = co;
     sgw_current_request = req;
+    budget_enter(co);
     int rc = lua_resume(co, from, nargs, nres);
+    budget_leave();
     sgw_socket_co = NULL;
     sgw_current_request = NULL;
     return rc;
@@ -434,7 +436,7 @@ static int start(sgw_worker *w, sgw_request *req, lua_State **pco, int *nres, in
     lua_settop(co, 0);
     lua_pushcfunction(co, entry);
     lua_pushlightuserdata(co, req);
-    luart_arm_budget(co, budget_ms);
+    budget_arm(co, budget_ms);
     return resume(req, co, w->L, 1, nres, on_socket);
 }
 

@@ -1,6 +1,7 @@
 -- A private copy of handlers/ and lib/ plus the fixture handlers of
--- spec/fixtures/handlers/test, for specs that edit handlers or need
--- misbehaving ones without touching the repository's own files.
+-- spec/fixtures/handlers/test and jobs of spec/fixtures/handlers/jobs, for
+-- specs that edit handlers or need misbehaving ones without touching the
+-- repository's own files.
 local stack = require "stack"
 
 local M = {}
@@ -29,7 +30,8 @@ function M.create(name)
   local repo = stack.repo_root()
   local code, out = stack.sh("mkdir -p " .. q(root) .. " && cp -r " .. q(repo .. "/handlers") .. " "
     .. q(repo .. "/lib") .. " " .. q(root) .. "/ && mkdir -p " .. q(root .. "/handlers/test")
-    .. " && cp " .. q(repo .. "/spec/fixtures/handlers/test") .. "/*.lua " .. q(root .. "/handlers/test/"))
+    .. " && cp " .. q(repo .. "/spec/fixtures/handlers/test") .. "/*.lua " .. q(root .. "/handlers/test/")
+    .. " && cp " .. q(repo .. "/spec/fixtures/handlers/jobs") .. "/*.lua " .. q(root .. "/handlers/jobs/"))
   assert(code == 0, out)
   local routes = read(root .. "/handlers/routes.lua")
   local patched, n = routes:gsub("\nreturn routes%s*$",
