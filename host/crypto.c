@@ -156,19 +156,34 @@ static int opt_string_arg(lua_State *L, int idx, const char **s, size_t *len)
 /* ---------------------------------------------------------- digests/MACs */
 
 /* Fetched once: EVP_sha256() makes OpenSSL look the implementation up (under
- * a lock) on every digest, and credentials are hashed on every request. */
+ * a lock) on every digest, and credentials are hashed on every request. Each
+ * thread keeps one digest context too (EVP_Digest would allocate and free
+ * one per call); it is freed when the thread ends. */
 static EVP_MD        *sha256_md;
 static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
+static pthread_key_t  sha256_ctx_key;
+static _Thread_local EVP_MD_CTX *sha256_ctx;
+
+static void free_sha256_ctx(void *ctx)
+{
+    EVP_MD_CTX_free(ctx);
+}
 
 static void fetch_sha256(void)
 {
     sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+    pthread_key_create(&sha256_ctx_key, free_sha256_ctx);
 }
 
 static void sha256(const char *s, size_t n, unsigned char out[32])
 {
     unsigned int len = 32;
     pthread_once(&sha256_once, fetch_sha256);
+    if (!sha256_ctx && sha256_md && (sha256_ctx = EVP_MD_CTX_new()) != NULL)
+        pthread_setspecific(sha256_ctx_key, sha256_ctx);
+    if (sha256_ctx && EVP_DigestInit_ex2(sha256_ctx, sha256_md, NULL) == 1 &&
+        EVP_DigestUpdate(sha256_ctx, s, n) == 1 && EVP_DigestFinal_ex(sha256_ctx, out, &len) == 1)
+        return;
     if (EVP_Digest(s, n, out, &len, sha256_md ? sha256_md : EVP_sha256(), NULL) != 1)
         abort(); /* only fails when the library itself is broken */
 }

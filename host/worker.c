@@ -235,21 +235,54 @@ static void push_request(lua_State *L, sgw_request *req) {
     }
 }
 
-/* Reads dispatch's results (status, headers, body, client_id). */
+/* The header value at the top of L: a string, or an integer formatted here
+ * (rate-limit counts change with every request; making a Lua string of each
+ * would only feed the collector). */
+static void header_from_lua(lua_State *L, sgw_request *req, const char *name) {
+    char num[32];
+    const char *v;
+    int type = lua_type(L, -1);
+    if (type == LUA_TNUMBER && lua_isinteger(L, -1)) {
+        snprintf(num, sizeof num, "%lld", (long long)lua_tointeger(L, -1));
+        v = num;
+    } else if (type == LUA_TSTRING || type == LUA_TNUMBER) {
+        v = lua_tostring(L, -1);
+    } else {
+        return;
+    }
+    /* Header values must not smuggle a line break. */
+    if (!strpbrk(v, "\r\n")) set_header(req, name, v);
+}
+
+/* Reads dispatch's results: status, headers, body, client_id, and the
+ * headers every response carries (rate limits), which give way to a header
+ * of the same name in the first table. */
 static int take_response(lua_State *L, sgw_request *req) {
     int top = lua_gettop(L);
-    int base = top - 3;
+    int base = top - 4;
     if (!lua_isinteger(L, base)) return -1;
     lua_Integer status = lua_tointeger(L, base);
     if (status < 100 || status > 599) return -1;
     req->status = (int)status;
-    if (lua_istable(L, base + 1)) {
+    int own = lua_istable(L, base + 1);
+    if (own) {
         lua_pushnil(L);
         while (lua_next(L, base + 1)) {
-            if (lua_type(L, -2) == LUA_TSTRING && (lua_type(L, -1) == LUA_TSTRING || lua_type(L, -1) == LUA_TNUMBER)) {
-                /* Header values must not smuggle a line break. */
-                const char *v = lua_tostring(L, -1);
-                if (!strpbrk(v, "\r\n")) set_header(req, lua_tostring(L, -2), v);
+            if (lua_type(L, -2) == LUA_TSTRING) header_from_lua(L, req, lua_tostring(L, -2));
+            lua_pop(L, 1);
+        }
+    }
+    if (lua_istable(L, base + 4)) {
+        lua_pushnil(L);
+        while (lua_next(L, base + 4)) {
+            if (lua_type(L, -2) == LUA_TSTRING) {
+                int taken = 0;
+                if (own) {
+                    lua_pushvalue(L, -2);
+                    taken = lua_rawget(L, base + 1) != LUA_TNIL;
+                    lua_pop(L, 1);
+                }
+                if (!taken) header_from_lua(L, req, lua_tostring(L, -2));
             }
             lua_pop(L, 1);
         }
@@ -308,7 +341,7 @@ static int entry(lua_State *co) {
         lua_rawsetp(co, LUA_REGISTRYINDEX, &handle_key);
     }
     push_request(co, req);
-    int status = lua_pcallk(co, 1, 4, 1, (lua_KContext)req, entry_k);
+    int status = lua_pcallk(co, 1, 5, 1, (lua_KContext)req, entry_k);
     return entry_k(co, status, (lua_KContext)req);
 }
 

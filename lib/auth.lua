@@ -6,6 +6,10 @@ local credentials = require "credentials"
 
 local M = {}
 
+local byte = string.byte
+-- What %s matches: space, \t, \n, \v, \f, \r.
+local SPACE = { [32] = true, [9] = true, [10] = true, [11] = true, [12] = true, [13] = true }
+
 -- The one message for every bad credential, so a refusal never tells
 -- whether a key exists.
 M.REFUSAL = "The credential is missing, malformed, unknown, expired or revoked."
@@ -27,9 +31,13 @@ function M.presented(req)
     return false, "X-Api-Key and Authorization carry different credentials; send one."
   end
   local credential = api_key or bearer
-  -- Greedy to the last non-space: the lazy form of this trim costs steps in
-  -- the square of the length, on every request.
-  if credential then credential = credential:match("^%s*(.*%S)") or "" end
+  if not credential then return nil end
+  -- Trimmed only when it needs it (a copy of the key otherwise, on every
+  -- request); greedy to the last non-space: the lazy form of this trim
+  -- costs steps in the square of the length.
+  if SPACE[byte(credential, 1)] or SPACE[byte(credential, -1)] then
+    credential = credential:match("^%s*(.*%S)") or ""
+  end
   if credential == "" then return false, M.REFUSAL end
   return credential
 end

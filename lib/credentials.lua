@@ -86,27 +86,31 @@ end
 -- them; then the epoch read with every rate-limit call guards the cache).
 local seen_changes
 
-local function cache_get(hash)
+-- Entries are found by the credential's binary SHA-256: 32 bytes make a
+-- short Lua string, which Lua interns, so a credential seen before costs no
+-- new string and the lookup compares pointers. The raw credential is never
+-- kept.
+local function cache_get(digest, now)
   local changes = redis and redis.invalidations and redis.invalidations()
   if changes and changes ~= seen_changes then
     seen_changes = changes
     cache_clear()
     return nil
   end
-  local e = cache[hash]
+  local e = cache[digest]
   if not e then return nil end
-  if clock.now() - e.at > config.get("api.credential_cache_seconds") then
-    cache[hash] = nil
+  if now > e.expires then
+    cache[digest] = nil
     cache_size = cache_size - 1
     return nil
   end
   return e.ident
 end
 
-local function cache_put(hash, ident)
+local function cache_put(digest, ident, now)
   if cache_size >= CACHE_MAX then cache_clear() end
-  if not cache[hash] then cache_size = cache_size + 1 end
-  cache[hash] = { ident = ident, at = clock.now() }
+  if not cache[digest] then cache_size = cache_size + 1 end
+  cache[digest] = { ident = ident, expires = now + config.get("api.credential_cache_seconds") }
 end
 
 -- --------------------------------------------------------------- lookups
@@ -140,8 +144,8 @@ local TOKEN_SQL = [[
     FROM access_tokens t JOIN api_clients c ON c.id = t.client_id
    WHERE t.token_hash = $1 AND c.revoked_at IS NULL]]
 
-local function expired(ident)
-  return ident.expires_at ~= nil and ident.expires_at <= clock.now()
+local function expired(ident, now)
+  return ident.expires_at ~= nil and ident.expires_at <= now
 end
 
 -- Finds the identity behind a presented credential. Returns the identity,
@@ -150,13 +154,14 @@ end
 -- is true when the answer came from the cache.
 function M.lookup(credential, use_cache)
   if #credential > MAX_CREDENTIAL_LENGTH then return nil, "malformed" end
-  local hash = M.hash(credential)
+  local digest = crypto.sha256(credential)
+  local now = clock.now()
   -- A cached identity came from this very credential, checked in full when
   -- it was cached: the shape checks below are for the first time only.
   if use_cache then
-    local ident = cache_get(hash)
+    local ident = cache_get(digest, now)
     if ident then
-      if expired(ident) then return nil, "expired" end
+      if expired(ident, now) then return nil, "expired" end
       return ident, nil, true
     end
   end
@@ -168,6 +173,7 @@ function M.lookup(credential, use_cache)
   else
     return nil, "malformed"
   end
+  local hash = crypto.hex_encode(digest)
   local rows, err = db.query(sql, hash)
   if not rows then return nil, "lookup failed: " .. tostring(err) end
   local row = rows[1]
@@ -178,8 +184,8 @@ function M.lookup(credential, use_cache)
   if kind == "api_key" and M.api_key_environment(credential) ~= ident.environment then
     return nil, "environment mismatch"
   end
-  if use_cache then cache_put(hash, ident) end
-  if expired(ident) then return nil, "expired" end
+  if use_cache then cache_put(digest, ident, now) end
+  if expired(ident, now) then return nil, "expired" end
   return ident
 end
 

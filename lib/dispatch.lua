@@ -159,18 +159,21 @@ local function run(req, ctx)
   return handler(req, ctx)
 end
 
--- Turns a handler's (status, body, headers) into what the host sends, with
--- the headers every response carries.
-local function finish(status, body, headers, ctx)
-  headers = headers or {}
-  if ctx.headers then
-    for k, v in pairs(ctx.headers) do
-      if headers[k] == nil then headers[k] = v end
-    end
-  end
+-- Every JSON answer without headers of its own shares this table (the host
+-- only reads it).
+local JSON_HEADERS = { ["Content-Type"] = "application/json" }
+
+-- Turns a handler's (status, body, headers) into what the host sends. The
+-- headers every response carries (ctx.headers) travel apart: the host adds
+-- those the handler did not set itself.
+local function finish(status, body, headers)
   if type(body) == "table" then
     body = json.encode(body)
-    if not headers["Content-Type"] then headers["Content-Type"] = "application/json" end
+    if not headers then
+      headers = JSON_HEADERS
+    elseif not headers["Content-Type"] then
+      headers["Content-Type"] = "application/json"
+    end
   elseif body == nil then
     body = ""
   end
@@ -190,8 +193,8 @@ function M.handle(req)
         "The request could not be completed; it was logged under its requestId.")
     end
   end
-  local s, h, b = finish(status, body, headers, ctx)
-  return s, h, b, req.client_id
+  local s, h, b = finish(status, body, headers)
+  return s, h, b, req.client_id, ctx.headers
 end
 
 return M

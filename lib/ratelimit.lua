@@ -127,10 +127,11 @@ function M.check(key, limit, epoch_key)
   local now = clock.mono_ms()
   local b = blocks[key]
   if changes and usable(b, limit, changes, now) then
-    b.left = b.left - 1
+    local left = b.left - 1
+    b.left = left
     -- One answer per block, brought up to date: a request only reads it.
     local r = b.answer
-    r.remaining = b.remaining + b.left
+    r.remaining = b.remaining + left
     return r
   end
   -- What an earlier block did not spend goes back to the bucket.
@@ -169,33 +170,28 @@ function M.check(key, limit, epoch_key)
     block_count = block_count + 1
     blocks[key] = { left = size - 1, size = size, limit = limit, expires = now + BLOCK_MS, changes = changes,
                     remaining = r.remaining, reset = r.reset, epoch = r.epoch,
-                    answer = { allowed = true, limit = limit, reset = r.reset, epoch = r.epoch, headers = {} } }
+                    answer = { allowed = true, limit = limit, reset = r.reset, epoch = r.epoch, answer_of_block = true } }
     r.remaining = r.remaining + size - 1
   end
   return r
 end
 
--- Header values are the same few numbers over and over: their text is kept.
-local texts, text_count = {}, 0
-
-local function text_of(n)
-  local t = texts[n]
-  if not t then
-    if text_count >= 4096 then texts, text_count = {}, 0 end
-    t = tostring(n)
-    texts[n], text_count = t, text_count + 1
-  end
-  return t
-end
-
--- The answer of a block carries a headers table of its own, filled anew for
--- each request (the dispatcher copies it into the response at once).
+-- The rate-limit headers of an answer, as integers (the host formats them).
+-- The answer of a block keeps its table, and each request of the block only
+-- moves Remaining (the host sends the table before the next request runs).
 function M.headers(r)
-  local h = r.headers or {}
-  h["X-RateLimit-Limit"] = text_of(math.floor(r.limit))
-  h["X-RateLimit-Remaining"] = tostring(r.remaining)
-  h["X-RateLimit-Reset"] = text_of(r.reset)
-  if not r.allowed then h["Retry-After"] = tostring(r.retry_after) end
+  local h = r.headers
+  if h then
+    h["X-RateLimit-Remaining"] = r.remaining
+    return h
+  end
+  h = {
+    ["X-RateLimit-Limit"] = math.floor(r.limit),
+    ["X-RateLimit-Remaining"] = r.remaining,
+    ["X-RateLimit-Reset"] = r.reset,
+    ["Retry-After"] = r.retry_after,
+  }
+  if r.answer_of_block then r.headers = h end
   return h
 end
 

@@ -223,15 +223,16 @@ describe("ratelimit", function()
   end)
 
   describe("headers", function()
-    it("carries the limit, remaining and reset as strings", function()
+    it("carries the limit, remaining and reset as integers (the host writes them out)", function()
       local h = ratelimit.headers(ratelimit.check("k", 5))
-      assert.same({ ["X-RateLimit-Limit"] = "5", ["X-RateLimit-Remaining"] = "4", ["X-RateLimit-Reset"] = "12" }, h)
+      assert.same({ ["X-RateLimit-Limit"] = 5, ["X-RateLimit-Remaining"] = 4, ["X-RateLimit-Reset"] = 12 }, h)
+      for _, v in pairs(h) do assert.equal("integer", math.type(v)) end
     end)
 
     it("adds Retry-After when refused", function()
       for _ = 1, 2 do ratelimit.check("k", 2) end
-      assert.same({ ["X-RateLimit-Limit"] = "2", ["X-RateLimit-Remaining"] = "0",
-        ["X-RateLimit-Reset"] = "60", ["Retry-After"] = "30" }, ratelimit.headers(ratelimit.check("k", 2)))
+      assert.same({ ["X-RateLimit-Limit"] = 2, ["X-RateLimit-Remaining"] = 0,
+        ["X-RateLimit-Reset"] = 60, ["Retry-After"] = 30 }, ratelimit.headers(ratelimit.check("k", 2)))
     end)
   end)
 
@@ -253,7 +254,7 @@ describe("ratelimit", function()
       mono = mono + 1
       ratelimit.check("k", 5)
       assert.equal(2, #logged)
-      assert.same({ ["X-RateLimit-Limit"] = "5", ["X-RateLimit-Remaining"] = "5", ["X-RateLimit-Reset"] = "60" },
+      assert.same({ ["X-RateLimit-Limit"] = 5, ["X-RateLimit-Remaining"] = 5, ["X-RateLimit-Reset"] = 60 },
         ratelimit.headers(ratelimit.check("k", 5)))
     end)
 
