@@ -504,6 +504,17 @@ static http_worker *pop_idle(void) {
     return hw;
 }
 
+/* Takes hw off the idle stack, wherever it is; 0 when it is not there. */
+static int take_idle(http_worker *hw) {
+    for (http_worker **p = &idle_top; *p; p = &(*p)->next_idle) {
+        if (*p == hw) {
+            *p = hw->next_idle;
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static void push_idle(http_worker *hw) {
     hw->holder = W_IDLE;
     hw->next_idle = idle_top;
@@ -519,13 +530,28 @@ static void give_back(http_worker *hw) {
     pthread_mutex_unlock(&qlock);
 }
 
+/* The worker this socket thread borrowed last. A socket thread borrows the
+ * same one while it is idle: the requests of a connection, and the second
+ * run of a deferred request, then find what the first left in that state
+ * (the rate limiter's blocks and the calls it is waiting for). */
+static _Thread_local http_worker *usual_worker;
+
 int workers_run_inline(sgw_request *req) {
     uint64_t gen = luart_generation_id();
     pthread_mutex_lock(&qlock);
-    /* A stale worker at the top stays there: workers_enqueue hands it the
-     * request and it refreshes its state on its own thread. */
-    http_worker *hw = !stopping && idle_top && is_current(idle_top, gen) ? pop_idle() : NULL;
-    if (hw) hw->holder = W_LENT;
+    http_worker *hw = NULL;
+    if (!stopping && idle_top) {
+        if (usual_worker && usual_worker->holder == W_IDLE && is_current(usual_worker, gen) && take_idle(usual_worker))
+            hw = usual_worker;
+        /* A stale worker at the top stays there: workers_enqueue hands it
+         * the request and it refreshes its state on its own thread. */
+        else if (is_current(idle_top, gen))
+            hw = pop_idle();
+    }
+    if (hw) {
+        hw->holder = W_LENT;
+        usual_worker = hw;
+    }
     pthread_mutex_unlock(&qlock);
     if (!hw) return WORKERS_QUEUE;
 

@@ -101,47 +101,99 @@ local function fail_open(limit, err)
 end
 
 -- This worker's blocks, by key: { left, size, limit, expires (mono ms),
--- changes (redis.invalidations when taken), remaining, reset, epoch }.
+-- changes (redis.invalidations when taken), remaining, reset, epoch, answer,
+-- renewal }. While the call for the next block is on its way (renewal:
+-- { want, give, credit, since }), other requests of the key may spend from
+-- what it asked for (credit, at most want - 1): a busy client does not send
+-- every request that arrives meanwhile to Redis too.
 local blocks, block_count = {}, 0
 local MAX_BLOCKS = 10000   -- keys this worker holds blocks for; then it starts over
+local RENEWAL_STALE_MS = 100 -- a renewal whose request never came back
 
--- A block may be spent while it has requests left, has not expired and no
--- credential changed since it was taken.
-local function usable(b, limit, changes, now)
-  return b and b.left > 0 and b.limit == limit and b.changes == changes and now < b.expires
-end
+-- The calls of requests whose call was deferred, by request id: when the
+-- request runs again it makes the very same call, which finds its reply (and
+-- every reply is taken, so Redis charged nothing that is not accounted for).
+local asked, asked_count = {}, 0
+local MAX_ASKED = 10000
 
 -- How many requests the next call asks for.
 local function next_size(b, max_block)
-  if not b then return 1 end
+  if not b or b.size == 0 then return 1 end
   if b.left == 0 then return math.min(max_block, b.size * 2) end -- ran out in time: grow
   return math.max(1, math.min(max_block, b.size - b.left))         -- expired: what was used
 end
 
+local function forget(key)
+  if blocks[key] then blocks[key], block_count = nil, block_count - 1 end
+end
+
+local function keep(key, b)
+  if not blocks[key] then
+    if block_count >= MAX_BLOCKS then blocks, block_count = {}, 0 end
+    block_count = block_count + 1
+  end
+  blocks[key] = b
+end
+
 -- Counts one request against `key` (e.g. "client:cli_1", "addr:10.0.0.1")
--- and reads `epoch_key` (may be nil) in the same round trip.
--- The state lives under <redis.namespace>:rl:<key>.
-function M.check(key, limit, epoch_key)
+-- and reads `epoch_key` (may be nil) in the same round trip. `who` names the
+-- request (its id), so that a request that runs again after its deferred
+-- call makes the same call again. The state lives under
+-- <redis.namespace>:rl:<key>.
+function M.check(key, limit, epoch_key, who)
   local max_block = limit // BLOCK_SHARE
   local changes = max_block >= 2 and redis.invalidations and redis.invalidations() or nil
   local now = clock.mono_ms()
   local b = blocks[key]
-  if changes and usable(b, limit, changes, now) then
-    local left = b.left - 1
-    b.left = left
-    -- One answer per block, brought up to date: a request only reads it.
-    local r = b.answer
-    r.remaining = b.remaining + left
-    return r
+  local call = who and asked[who]
+  local renewal = b and b.renewal
+  if not call and changes and b and b.limit == limit and b.changes == changes then
+    local left = b.left
+    if left > 0 and now < b.expires then
+      left = left - 1
+      b.left = left
+      -- One answer per block, brought up to date: a request only reads it.
+      local r = b.answer
+      r.remaining = b.remaining + left
+      return r
+    end
+    if renewal and renewal.credit < renewal.want - 1 and now - renewal.since < RENEWAL_STALE_MS then
+      renewal.credit = renewal.credit + 1
+      local r = b.answer
+      r.remaining = math.max(0, b.remaining - renewal.credit)
+      return r
+    end
   end
-  -- What an earlier block did not spend goes back to the bucket.
-  local give = (b and b.limit == limit) and b.left or 0
-  local want = changes and next_size(b, max_block) or 1
+
+  if call then
+    -- Runs again after its deferred call: the same call finds its reply.
+  elseif renewal and now - renewal.since < RENEWAL_STALE_MS then
+    call = { want = 1, give = 0 } -- beside a renewal on its way: this request alone
+  else
+    -- What the block did not spend goes back to the bucket, once: the
+    -- block is emptied now, whether or not this request comes back.
+    call = { want = changes and next_size(b, max_block) or 1, give = (b and b.limit == limit) and b.left or 0 }
+    if changes then
+      b = b or { left = 0, size = 0, limit = limit, expires = 0, changes = changes, remaining = 0 }
+      b.left = 0
+      call.renewal = { want = call.want, give = call.give, credit = 0, since = now }
+      b.renewal = call.renewal
+      keep(key, b)
+    elseif b then
+      forget(key)
+    end
+  end
+  local want, give, renewing = call.want, call.give, call.renewal
+  -- Should the call be deferred, this run ends in it; the next finds it here.
+  if who and not asked[who] then
+    if asked_count >= MAX_ASKED then asked, asked_count = {}, 0 end
+    asked[who], asked_count = call, asked_count + 1
+  end
 
   local state_key = config.get("redis.namespace") .. ":rl:" .. key
   -- Deferred where the host can: the request gives its worker back while
   -- the call travels with others in one pipelined batch, then runs again
-  -- from the start (nothing before this point changes anything).
+  -- from the start and finds its renewal (or asks for one request again).
   local eval = redis.eval_deferred or redis.eval_cached
   local reply, err
   if epoch_key then
@@ -149,9 +201,10 @@ function M.check(key, limit, epoch_key)
   else
     reply, err = eval(M.script, 1, state_key, limit, want, give)
   end
-  -- Only now, with the answer: the run before a deferred call changes nothing.
-  if b then blocks[key], block_count = nil, block_count - 1 end
+  if who and asked[who] == call then asked[who], asked_count = nil, asked_count - 1 end
+  if renewing and blocks[key] and blocks[key].renewal == renewing then blocks[key].renewal = nil end
   if type(reply) ~= "table" or type(reply[5]) ~= "number" then
+    if renewing then forget(key) end
     return fail_open(limit, err or "unexpected reply")
   end
   local r = {
@@ -163,15 +216,16 @@ function M.check(key, limit, epoch_key)
   }
   if not r.allowed then
     r.retry_after = math.max(1, ceil_s(reply[4]))
-  elseif changes then
-    -- This request spends one; the rest of the block waits in this worker.
+    if renewing then forget(key) end
+  elseif renewing then
+    -- This request spends one, those that took credit meanwhile theirs; the
+    -- rest waits in this worker.
     local size = math.max(1, reply[6] or 1)
-    if block_count >= MAX_BLOCKS then blocks, block_count = {}, 0 end
-    block_count = block_count + 1
-    blocks[key] = { left = size - 1, size = size, limit = limit, expires = now + BLOCK_MS, changes = changes,
-                    remaining = r.remaining, reset = r.reset, epoch = r.epoch,
-                    answer = { allowed = true, limit = limit, reset = r.reset, epoch = r.epoch, answer_of_block = true } }
-    r.remaining = r.remaining + size - 1
+    local left = math.max(0, size - 1 - renewing.credit)
+    keep(key, { left = left, size = size, limit = limit, expires = now + BLOCK_MS, changes = changes,
+                remaining = r.remaining, reset = r.reset, epoch = r.epoch,
+                answer = { allowed = true, limit = limit, reset = r.reset, epoch = r.epoch, answer_of_block = true } })
+    r.remaining = r.remaining + left
   end
   return r
 end

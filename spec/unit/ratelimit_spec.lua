@@ -208,6 +208,130 @@ describe("ratelimit", function()
       assert.equal(40, #evals)
     end)
 
+    -- The host's deferred calls: a request's first run stops at the call
+    -- (which goes to Redis later, with others), then runs again from the
+    -- start and gets the reply of the very call it made.
+    describe("renewed while requests keep arriving", function()
+      local DEFERRED = {}
+      local queued, replies, sent, current_who
+
+      local function same_args(a, b)
+        if #a ~= #b then return false end
+        for i = 1, #a do if tostring(a[i]) ~= tostring(b[i]) then return false end end
+        return true
+      end
+
+      before_each(function()
+        queued, replies, sent = {}, {}, 0
+        _G.redis.eval_deferred = function(script, nkeys, ...)
+          local who = current_who
+          local args = { nkeys, ... }
+          local done = replies[who]
+          if done then
+            replies[who] = nil
+            if same_args(done.args, args) then return table.unpack(done.reply) end
+          end
+          if done == nil and who and not queued[who] then
+            queued[who] = { script = script, args = args }
+            error(DEFERRED)
+          end
+          sent = sent + 1
+          return eval(script, nkeys, ...) -- asked for something else: a call of its own
+        end
+      end)
+
+      -- The first run of request `who`: true when it stopped at a deferred call.
+      local function first_run(who, limit)
+        current_who = who
+        local ok, r = pcall(ratelimit.check, "client:busy", limit, nil, who)
+        if not ok then
+          assert.equal(DEFERRED, r)
+          return true
+        end
+        return false, r
+      end
+
+      local function deliver(who)
+        local q = assert(queued[who], "no call queued for " .. who)
+        queued[who] = nil
+        sent = sent + 1
+        replies[who] = { args = q.args, reply = { eval(q.script, table.unpack(q.args)) } }
+      end
+
+      local function rerun(who, limit)
+        current_who = who
+        return ratelimit.check("client:busy", limit, nil, who)
+      end
+
+      local function spent_in_redis(limit)
+        local tat = tonumber(store["sgw:rl:client:busy"].value)
+        return limit - (60000000 - (tat - now_us)) // (60000000 // limit)
+      end
+
+      after_each(function() current_who = nil end)
+
+      it("lends from the renewal on its way: one call to Redis, not one per request", function()
+        local limit = 100000 -- one request every 600 us, blocks of up to 100
+        assert.is_true(first_run("r1", limit))
+        deliver("r1")
+        assert.is_true(rerun("r1", limit).allowed) -- a block of 1, spent
+        assert.is_true(first_run("r2", limit))     -- asks for 2
+        for i = 1, 1 do
+          local deferred, r = first_run("lend" .. i, limit)
+          assert.is_false(deferred, "lent from the renewal on its way")
+          assert.is_true(r.allowed)
+        end
+        assert.is_true(first_run("beside", limit), "the credit is spent: this one asks alone")
+        deliver("r2")
+        deliver("beside")
+        assert.is_true(rerun("r2", limit).allowed)
+        assert.is_true(rerun("beside", limit).allowed)
+        assert.equal(3, sent)
+        -- Charged exactly: 4 requests sent, the renewal's 2 both spent.
+        assert.equal(4, spent_in_redis(limit))
+      end)
+
+      it("gives an expired block's rest back once, however many requests find it expired", function()
+        local limit = 100000
+        local total = 0
+        local function send(who)
+          total = total + 1
+          if first_run(who, limit) then deliver(who); return rerun(who, limit) end
+        end
+        -- Blocks of 1, 2, 4, 8, 16 run out in time; 5 of the next block of 32.
+        for i = 1, 36 do send("grow" .. i) end
+        mono = mono + 51 -- that block expires with 27 requests left in it
+        assert.is_true(first_run("renew", limit))
+        total = total + 1
+        assert.same({ 5, 27 }, { queued.renew.args[4], queued.renew.args[5] }) -- want what was used, give the rest
+        for i = 1, 4 do
+          assert.is_false((first_run("meanwhile" .. i, limit)), "lent from the renewal")
+          total = total + 1
+        end
+        deliver("renew")
+        assert.is_true(rerun("renew", limit).allowed)
+        -- Once more, so that everything this worker held goes back.
+        mono = mono + 51
+        assert.is_true(first_run("final", limit))
+        total = total + 1
+        local final_want = queued.final.args[4]
+        deliver("final")
+        assert.is_true(rerun("final", limit).allowed)
+        -- Redis holds what was sent plus the final block's unspent part:
+        -- nothing given back twice, nothing lost.
+        assert.equal(total + final_want - 1, spent_in_redis(limit))
+      end)
+
+      it("forgets a renewal whose request never came back", function()
+        local limit = 100000
+        assert.is_true(first_run("lost", limit)) -- its client went away: never runs again
+        mono = mono + 101
+        assert.is_true(first_run("next", limit), "a new renewal, not credit from the lost one")
+        deliver("next")
+        assert.is_true(rerun("next", limit).allowed)
+      end)
+    end)
+
     it("share the one budget: a block never takes more than is left", function()
       local limit = 4000 -- blocks of up to 4
       for _ = 1, 3990 do assert.is_true(ratelimit.check("client:edge", limit).allowed) end
