@@ -41,6 +41,19 @@ size_t json_escape(char *buf, size_t len, size_t cap, const char *s, size_t slen
     static const char hex[] = "0123456789abcdef";
     if (len + 2 > cap) return cap;
     buf[len++] = '"';
+    /* Most values (ids, routes, methods) need no escape at all: copied whole. */
+    size_t plain = 0;
+    while (plain < slen) {
+        unsigned char c = (unsigned char)s[plain];
+        if (c < 0x20 || c == '"' || c == '\\' || c == 0x7f) break;
+        plain++;
+    }
+    if (plain == slen && len + slen + 1 <= cap) {
+        memcpy(buf + len, s, slen);
+        len += slen;
+        buf[len++] = '"';
+        return len;
+    }
     for (size_t i = 0; i < slen; i++) {
         unsigned char c = (unsigned char)s[i];
         if (len + 7 > cap) return cap;

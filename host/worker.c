@@ -239,12 +239,17 @@ static void push_request(lua_State *L, sgw_request *req) {
  * (rate-limit counts change with every request; making a Lua string of each
  * would only feed the collector). */
 static void header_from_lua(lua_State *L, sgw_request *req, const char *name) {
-    char num[32];
+    char num[24];
     const char *v;
     int type = lua_type(L, -1);
     if (type == LUA_TNUMBER && lua_isinteger(L, -1)) {
-        snprintf(num, sizeof num, "%lld", (long long)lua_tointeger(L, -1));
-        v = num;
+        lua_Integer n = lua_tointeger(L, -1);
+        unsigned long long u = n < 0 ? 0ULL - (unsigned long long)n : (unsigned long long)n;
+        char *p = num + sizeof num;
+        *--p = 0;
+        do *--p = (char)('0' + u % 10); while (u /= 10);
+        if (n < 0) *--p = '-';
+        v = p;
     } else if (type == LUA_TSTRING || type == LUA_TNUMBER) {
         v = lua_tostring(L, -1);
     } else {

@@ -1,7 +1,8 @@
 /*
  * test_log.c — the log's output as a reader of stderr sees it: the time
- * prefix, request lines gathered by the writer thread yet never lost, torn
- * or reordered against the lines written at once, from many threads.
+ * prefix, JSON strings escaped, request lines gathered by the writer thread
+ * yet never lost, torn or reordered against the lines written at once, from
+ * many threads.
  */
 #include "sgw.h"
 #include "check.h"
@@ -51,6 +52,26 @@ static void test_time_prefix(void) {
     check(ok, "log_begin writes {\"time\":\"YYYY-MM-DDTHH:MM:SS.mmmZ\"", buf);
     char small[8];
     check(log_begin(small, sizeof small) == 0, "log_begin writes nothing into a buffer too small", NULL);
+}
+
+static void escaped(const char *in, size_t in_len, const char *want, size_t cap) {
+    char buf[128];
+    size_t n = json_escape(buf, 0, cap, in, in_len);
+    int ok = want ? n < cap && n == strlen(want) && memcmp(buf, want, n) == 0 : n == cap;
+    char detail[300];
+    snprintf(detail, sizeof detail, "got %.*s", (int)(n < sizeof buf ? n : 0), buf);
+    check(ok, want ? want : "a value that does not fit reports the capacity", detail);
+}
+
+static void test_escape(void) {
+    escaped("cli_3Xh9aQ", 10, "\"cli_3Xh9aQ\"", 128);
+    escaped("/api/v1/posts/{postId}", 22, "\"/api/v1/posts/{postId}\"", 128);
+    escaped("a\"b\\c", 5, "\"a\\\"b\\\\c\"", 128);
+    escaped("l1\nl2\tx", 7, "\"l1\\nl2\\tx\"", 128);
+    escaped("\x01\x7f", 2, "\"\\u0001\\u007f\"", 128);
+    escaped("", 0, "\"\"", 128);
+    escaped("0123456789", 10, NULL, 8);   /* plain, too long */
+    escaped("01234\"6789", 10, NULL, 8); /* escaped, too long */
 }
 
 static void test_without_writer(void) {
@@ -141,6 +162,7 @@ int main(void) {
     close(fd);
 
     test_time_prefix();
+    test_escape();
     test_without_writer();
     test_order();
     test_many_threads();
