@@ -123,7 +123,9 @@ local function identity(row, kind)
     environment = row.environment,
     scopes = scopes.set(list),
     scope_list = list,
-    rate_limit = row.rate_limit_per_minute,
+    -- Made once for the cached identity, not per request.
+    rate_key = "client:" .. row.client_id,
+    rate_limit = row.rate_limit_per_minute or config.get("api.rate_limit.per_minute"),
     kind = kind,
     expires_at = row.expires_epoch,
     hash = row.hash,

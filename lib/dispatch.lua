@@ -75,9 +75,7 @@ local function identify_and_limit(req, route)
   end
   local key, limit
   if ident then
-    -- The key is kept on the (cached) identity: made once, not per request.
-    ident.rate_key = ident.rate_key or ("client:" .. ident.client_id)
-    key, limit = ident.rate_key, ident.rate_limit or config.get("api.rate_limit.per_minute")
+    key, limit = ident.rate_key, ident.rate_limit
   elseif route and type(route.rate_limit) == "string" then
     -- A public route with a per-address limit of its own, counted apart.
     key, limit = route.rate_limit .. ":" .. (req.remote_addr or "?"), config.get(route.rate_limit)

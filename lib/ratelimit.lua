@@ -145,12 +145,11 @@ function M.check(key, limit, epoch_key, who)
   local changes = max_block >= 2 and redis.invalidations and redis.invalidations() or nil
   local now = clock.mono_ms()
   local b = blocks[key]
-  local call = who and asked[who]
+  local call = asked[who]
   local renewal = b and b.renewal
-  if not call and changes and b and b.limit == limit and b.changes == changes then
-    local left = b.left
-    if left > 0 and now < b.expires then
-      left = left - 1
+  if changes and b and not call and b.changes == changes and b.limit == limit then
+    local left = b.left - 1
+    if left >= 0 and now < b.expires then
       b.left = left
       -- One answer per block, brought up to date: a request only reads it.
       local r = b.answer
