@@ -15,7 +15,9 @@ end
 
 return function(req)
   if not signed(req) then
-    return problem.response(req, 401, "unauthenticated", "X-Hub-Signature-256 is missing or does not match the body.")
+    -- Every 401 names a scheme (contract: Bearer); the signature is what counts here.
+    return problem.response(req, 401, "unauthenticated", "X-Hub-Signature-256 is missing or does not match the body.",
+      { headers = { ["WWW-Authenticate"] = "Bearer" } })
   end
   -- An object, not an array: cjson decodes both to a table.
   local delivery = json.decode(req.body or "")

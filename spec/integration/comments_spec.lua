@@ -208,6 +208,7 @@ describe("comments", function()
         assert.are.equal(401, status, "case " .. i)
         assert.are.equal("unauthenticated", cjson.decode(resp).code)
         assert.are.equal("application/problem+json", rh["content-type"])
+        assert.are.equal("Bearer", rh["www-authenticate"], "case " .. i)
       end
       -- A signature over other bytes (the same JSON re-serialised) does not count either.
       local status = sgw:request("POST", "/webhooks/meta", { body = body .. " ",
