@@ -103,6 +103,12 @@ static budget_slot *slot(void) {
             int used = atomic_load(&nslots_used);
             while (used < i + 1 && !atomic_compare_exchange_weak(&nslots_used, &used, i + 1)) {}
             pthread_setspecific(slot_key, s);
+            /* Whatever mask the thread was made with, the watchdog's signal
+             * must reach it. */
+            sigset_t only;
+            sigemptyset(&only);
+            sigaddset(&only, budget_signal);
+            pthread_sigmask(SIG_UNBLOCK, &only, NULL);
             my_slot = s;
             return s;
         }
