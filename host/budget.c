@@ -145,6 +145,112 @@ void budget_leave(void) {
     atomic_store(&s->running, NULL);
 }
 
+/* ------------------------------------------------- handlers' coroutines */
+
+/* Resumes co as the state this thread runs, within the deadline of the run
+ * that resumes it: the hook of a state covers that state only, so the
+ * watchdog's signal must find the coroutine that actually runs. */
+static int resume_watched(lua_State *L, lua_State *co, int narg, int *nres) {
+    budget_slot *s = my_slot;
+    lua_State *outer = s ? atomic_load(&s->running) : NULL;
+    if (outer) {
+        *deadline_of(co) = *deadline_of(outer);
+        atomic_store(&s->running, co);
+    }
+    int status = lua_resume(co, L, narg, nres);
+    if (outer) {
+        atomic_store(&s->running, outer);
+        uint64_t d = *deadline_of(outer);
+        /* The resumer raises too: it must not carry on past the deadline. */
+        if (d && clock_mono_ms() > d) lua_sethook(outer, budget_hook, LUA_MASKCOUNT, 1);
+    }
+    return status;
+}
+
+/* Moves narg values to co and resumes it; leaves its results on L and
+ * returns how many, or leaves the error on L and returns -1. */
+static int resume_values(lua_State *L, lua_State *co, int narg) {
+    if (!lua_checkstack(co, narg)) {
+        lua_pushliteral(L, "too many arguments to resume");
+        return -1;
+    }
+    lua_xmove(L, co, narg);
+    int nres = 0;
+    int status = resume_watched(L, co, narg, &nres);
+    if (status != LUA_OK && status != LUA_YIELD) {
+        lua_xmove(co, L, 1);
+        return -1;
+    }
+    if (!lua_checkstack(L, nres + 1)) {
+        lua_pop(co, nres);
+        lua_pushliteral(L, "too many results to resume");
+        return -1;
+    }
+    lua_xmove(co, L, nres);
+    return nres;
+}
+
+/* coroutine.resume(co, ...): true and the results, or false and the error. */
+static int watched_resume(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TTHREAD);
+    lua_State *co = lua_tothread(L, 1);
+    int n = resume_values(L, co, lua_gettop(L) - 1);
+    lua_pushboolean(L, n >= 0);
+    if (n < 0) {
+        lua_insert(L, -2);
+        return 2;
+    }
+    lua_insert(L, -(n + 1));
+    return n + 1;
+}
+
+/* The function coroutine.wrap returns: errors travel on to its caller. */
+static int watched_wrapped(lua_State *L) {
+    lua_State *co = lua_tothread(L, lua_upvalueindex(1));
+    int n = resume_values(L, co, lua_gettop(L));
+    if (n >= 0) return n;
+    int status = lua_status(co);
+    if (status != LUA_OK && status != LUA_YIELD) {
+        /* The coroutine died: close what it left open, keep its error. */
+#if LUA_VERSION_RELEASE_NUM >= 50406
+        status = lua_closethread(co, L);
+#else
+        status = lua_resetthread(co);
+#endif
+        lua_xmove(co, L, 1);
+    }
+    if (status != LUA_ERRMEM && lua_type(L, -1) == LUA_TSTRING) {
+        luaL_where(L, 1);
+        lua_insert(L, -2);
+        lua_concat(L, 2);
+    }
+    return lua_error(L);
+}
+
+/* coroutine.wrap(f) */
+static int watched_wrap(lua_State *L) {
+    luaL_checktype(L, 1, LUA_TFUNCTION);
+    lua_State *co = lua_newthread(L);
+    lua_pushvalue(L, 1);
+    lua_xmove(L, co, 1);
+    lua_pushcclosure(L, watched_wrapped, 1);
+    return 1;
+}
+
+void budget_coroutines(lua_State *L) {
+    if (lua_getfield(L, -1, "resume") == LUA_TFUNCTION) {
+        lua_pop(L, 1);
+        lua_pushcfunction(L, watched_resume);
+        lua_setfield(L, -2, "resume");
+        lua_pushcfunction(L, watched_wrap);
+        lua_setfield(L, -2, "wrap");
+    } else {
+        lua_pop(L, 1);
+    }
+}
+
+/* --------------------------------------------------------------- watchdog */
+
 static void *watch(void *arg) {
     (void)arg;
     struct timespec tick = { 0, WATCH_EVERY_MS * 1000000L };

@@ -468,6 +468,10 @@ static void build_sandbox(lua_State *L) {
         lua_getfield(L, real, base[i]);
         lua_setfield(L, sb, base[i]);
     }
+    /* A handler's own coroutines run within its time budget. */
+    lua_getfield(L, sb, "coroutine");
+    budget_coroutines(L);
+    lua_pop(L, 1);
     /* string.dump would hand out binary chunks. */
     lua_getfield(L, sb, "string");
     lua_pushnil(L);

@@ -273,6 +273,9 @@ void budget_disarm(lua_State *L);
 /* Around every resume or call of an armed state, on the thread that runs it. */
 void budget_enter(lua_State *co);
 void budget_leave(void);
+/* Replaces resume and wrap in the coroutine table on top of L with versions
+ * under which a handler's own coroutines run within its budget. */
+void budget_coroutines(lua_State *L);
 
 /* ----------------------------------------------------------------- http.c
  * The public listener (libmicrohttpd) and the request record handed to
