@@ -13,6 +13,10 @@
  * at the next instruction, and keeps raising it so that a handler's own
  * pcall cannot swallow it and loop on.
  *
+ * A hook covers one Lua thread only, so the coroutine.resume and
+ * coroutine.wrap that handlers get make the coroutine they run the one the
+ * watchdog signals, under the deadline of the run that resumed it.
+ *
  * A thread that finds no free slot (more than MAX_SLOTS threads running Lua)
  * falls back to checking the clock from a count hook, as before.
  */
