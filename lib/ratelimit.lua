@@ -123,6 +123,16 @@ local function next_size(b, max_block)
   return math.max(1, math.min(max_block, b.size - b.left))         -- expired: what was used
 end
 
+-- The rate-limit headers of an answer, as integers (the host formats them).
+local function headers_of(r)
+  return {
+    ["X-RateLimit-Limit"] = math.floor(r.limit),
+    ["X-RateLimit-Remaining"] = r.remaining,
+    ["X-RateLimit-Reset"] = r.reset,
+    ["Retry-After"] = r.retry_after,
+  }
+end
+
 local function forget(key)
   if blocks[key] then blocks[key], block_count = nil, block_count - 1 end
 end
@@ -164,22 +174,24 @@ function M.check(key, limit, epoch_key, who)
     end
   end
 
-  if call then
-    -- Runs again after its deferred call: the same call finds its reply.
-  elseif renewal and now - renewal.since < RENEWAL_STALE_MS then
-    call = { want = 1, give = 0 } -- beside a renewal on its way: this request alone
-  else
-    -- What the block did not spend goes back to the bucket, once: the
-    -- block is emptied now, whether or not this request comes back.
-    call = { want = changes and next_size(b, max_block) or 1, give = (b and b.limit == limit) and b.left or 0 }
-    if changes then
-      b = b or { left = 0, size = 0, limit = limit, expires = 0, changes = changes, remaining = 0 }
-      b.left = 0
-      call.renewal = { want = call.want, give = call.give, credit = 0, since = now }
-      b.renewal = call.renewal
-      keep(key, b)
-    elseif b then
-      forget(key)
+  -- A request that runs again after its deferred call makes the same call,
+  -- which finds its reply.
+  if not call then
+    if renewal and now - renewal.since < RENEWAL_STALE_MS then
+      call = { want = 1, give = 0 } -- beside a renewal on its way: this request alone
+    else
+      -- What the block did not spend goes back to the bucket, once: the
+      -- block is emptied now, whether or not this request comes back.
+      call = { want = changes and next_size(b, max_block) or 1, give = (b and b.limit == limit) and b.left or 0 }
+      if changes then
+        b = b or { left = 0, size = 0, limit = limit, expires = 0, changes = changes, remaining = 0 }
+        b.left = 0
+        call.renewal = { want = call.want, give = call.give, credit = 0, since = now }
+        b.renewal = call.renewal
+        keep(key, b)
+      elseif b then
+        forget(key)
+      end
     end
   end
   local want, give, renewing = call.want, call.give, call.renewal
@@ -201,7 +213,6 @@ function M.check(key, limit, epoch_key, who)
     reply, err = eval(M.script, 1, state_key, limit, want, give)
   end
   if who and asked[who] == call then asked[who], asked_count = nil, asked_count - 1 end
-  if renewing and blocks[key] and blocks[key].renewal == renewing then blocks[key].renewal = nil end
   if type(reply) ~= "table" or type(reply[5]) ~= "number" then
     if renewing then forget(key) end
     return fail_open(limit, err or "unexpected reply")
@@ -221,30 +232,22 @@ function M.check(key, limit, epoch_key, who)
     -- rest waits in this worker.
     local size = math.max(1, reply[6] or 1)
     local left = math.max(0, size - 1 - renewing.credit)
+    local answer = { allowed = true, limit = limit, reset = r.reset, epoch = r.epoch }
+    answer.headers = headers_of(answer)
     keep(key, { left = left, size = size, limit = limit, expires = now + BLOCK_MS, changes = changes,
-                remaining = r.remaining, reset = r.reset, epoch = r.epoch,
-                answer = { allowed = true, limit = limit, reset = r.reset, epoch = r.epoch, answer_of_block = true } })
+                remaining = r.remaining, reset = r.reset, epoch = r.epoch, answer = answer })
     r.remaining = r.remaining + left
   end
   return r
 end
 
--- The rate-limit headers of an answer, as integers (the host formats them).
--- The answer of a block keeps its table, and each request of the block only
--- moves Remaining (the host sends the table before the next request runs).
+-- The rate-limit headers of an answer. The answer of a block keeps its
+-- table, and each request of the block only moves Remaining (the host sends
+-- the table before the next request runs).
 function M.headers(r)
   local h = r.headers
-  if h then
-    h["X-RateLimit-Remaining"] = r.remaining
-    return h
-  end
-  h = {
-    ["X-RateLimit-Limit"] = math.floor(r.limit),
-    ["X-RateLimit-Remaining"] = r.remaining,
-    ["X-RateLimit-Reset"] = r.reset,
-    ["Retry-After"] = r.retry_after,
-  }
-  if r.answer_of_block then r.headers = h end
+  if not h then return headers_of(r) end
+  h["X-RateLimit-Remaining"] = r.remaining
   return h
 end
 
