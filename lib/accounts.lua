@@ -5,14 +5,44 @@ local secrets = require "secrets"
 
 local M = {}
 
-local COLUMNS = [[id, platform, name, username, platform_account_id, environment, status,
-  to_char(connected_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS connected_at]]
+-- UTC timestamps as the API writes them (CONTRACT section 1).
+local function iso(column)
+  return "to_char(" .. column .. [[ AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')]]
+end
 
+local COLUMNS = table.concat({
+  "id, platform, name, username, platform_account_id, environment, status, status_reason",
+  iso("connected_at") .. " AS connected_at", iso("status_since") .. " AS status_since",
+  iso("token_expires_at") .. " AS token_expires_at", iso("data_access_expires_at") .. " AS data_access_expires_at",
+  "webhooks_subscribed_at IS NOT NULL AS webhooks_subscribed",
+}, ", ")
+M.COLUMNS = COLUMNS
+
+-- Statuses an account has while connected (listed by the API).
+M.CONNECTED = { active = true, reconnect_required = true }
+
+local function or_null(v)
+  if v == nil then return json.null end
+  return v
+end
+
+-- statusReason: null while active, else {code, message, platformCode, since}.
+local function status_reason(row)
+  local r = row.status_reason
+  if row.status == "active" or type(r) ~= "table" then return json.null end
+  return { code = r.code, message = r.message, platformCode = or_null(r.platformCode),
+    since = or_null(row.status_since) }
+end
+
+-- Sandbox accounts get their comments through the webhook path of the
+-- simulator, so they count as subscribed.
 function M.present(row)
   return {
-    id = row.id, platform = row.platform, name = row.name, username = row.username or json.null,
+    id = row.id, platform = row.platform, name = row.name, username = or_null(row.username),
     platformAccountId = row.platform_account_id, environment = row.environment,
-    status = row.status, connectedAt = row.connected_at,
+    status = row.status, statusReason = status_reason(row), connectedAt = row.connected_at,
+    tokenExpiresAt = or_null(row.token_expires_at), dataAccessExpiresAt = or_null(row.data_access_expires_at),
+    webhooksSubscribed = row.environment == "test" or row.webhooks_subscribed == true,
   }
 end
 
@@ -31,9 +61,10 @@ function M.find_active(client, id)
   return nil
 end
 
-function M.list_active(client)
+-- Connected accounts (active and reconnect_required), never disconnected ones.
+function M.list_connected(client)
   local rows = assert(db.query("SELECT " .. COLUMNS .. [[ FROM social_accounts
-      WHERE company_id = $1 AND environment = $2 AND status = 'active'
+      WHERE company_id = $1 AND environment = $2 AND status IN ('active', 'reconnect_required')
       ORDER BY connected_at, id]], client.company_id, client.environment))
   local out = {}
   for i, row in ipairs(rows) do out[i] = M.present(row) end

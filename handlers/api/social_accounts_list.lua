@@ -4,5 +4,5 @@ local accounts = require "accounts"
 local json = require "json"
 
 return function(_, ctx)
-  return 200, { data = json.array(accounts.list_active(ctx.client)) }
+  return 200, { data = json.array(accounts.list_connected(ctx.client)) }
 end

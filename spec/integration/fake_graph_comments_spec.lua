@@ -10,7 +10,8 @@ local SECRET = "fake-app-secret"
 describe("fake Graph API comments", function()
   local fake, page, post, receiver_port, receiver_pid
 
-  -- A one-shot receiver that records the request it gets (bytes and headers).
+  -- A receiver that records the first POST it gets (bytes and headers), then
+  -- exits; connections without a request (the readiness probe) are ignored.
   local function start_receiver()
     receiver_port = stack.free_port()
     local out = os.tmpname()
@@ -21,12 +22,16 @@ class H(http.server.BaseHTTPRequestHandler):
         body = self.rfile.read(int(self.headers["Content-Length"]))
         open(sys.argv[2], "w").write(json.dumps({"body": body.decode(), "signature": self.headers["X-Hub-Signature-256"]}))
         self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
+        self.server.got = True
     def log_message(self, *a): pass
-http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).handle_request()
+server = http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H)
+server.got = False
+while not server.got:
+    server.handle_request()
 ]]) .. " " .. receiver_port .. " " .. out .. " > /dev/null 2>&1 & echo $!")
     assert(code == 0)
     receiver_pid = tonumber(pid:match("%d+"))
-    stack.sleep(0.3)
+    stack.wait_port(receiver_port, "the webhook receiver")
     return out
   end
 

@@ -78,6 +78,18 @@ function M.eventually(fn, timeout, interval, message)
   end
 end
 
+--- Waits (default 10 s) until something accepts TCP connections on
+--- 127.0.0.1:port; raises naming `what` when nothing does in time.
+function M.wait_port(port, what, timeout)
+  return M.eventually(function()
+    local c = socket.tcp()
+    c:settimeout(0.5)
+    local ok = c:connect("127.0.0.1", port)
+    c:close()
+    return ok
+  end, timeout or 10, 0.02, (what or "a server") .. " to listen on port " .. port)
+end
+
 local OPERATION_ENDED = { succeeded = true, failed = true, cancelled = true }
 
 --- Waits (default 30 s) until the operation has ended, asking with
