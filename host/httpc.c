@@ -334,6 +334,14 @@ static void read_opts(lua_State *L, req_opts *o) {
     lua_pop(L, 1);
 }
 
+/* RFC 9110 9.2.2: sending these twice has the effect of sending them once. */
+static int idempotent(const char *method) {
+    static const char *const methods[] = {"GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE"};
+    for (size_t i = 0; i < sizeof methods / sizeof *methods; i++)
+        if (strcmp(method, methods[i]) == 0) return 1;
+    return 0;
+}
+
 static size_t max_response(void) {
     long long n = config_int("http.max_response_bytes");
     return n > 0 ? (size_t)n : DEFAULT_MAX_RESPONSE;
@@ -415,6 +423,14 @@ static int xfer_setup(xfer *x, CURL *e, const req_opts *o) {
     if (o->deny_private) {
         SET(CURLOPT_PREREQFUNCTION, on_prereq);
         SET(CURLOPT_PREREQDATA, x);
+    }
+    /* curl sends a request again by itself when a reused connection closes
+     * before any answer: harmless for idempotent methods, a second post for
+     * a POST. Such requests get a connection of their own, so a lost answer
+     * reaches the caller as "protocol" (it may have happened) instead. */
+    if (!idempotent(o->method)) {
+        SET(CURLOPT_FRESH_CONNECT, 1L);
+        SET(CURLOPT_FORBID_REUSE, 1L);
     }
     if (strcmp(o->method, "HEAD") == 0) {
         SET(CURLOPT_NOBODY, 1L);

@@ -309,7 +309,10 @@ end
       local code = stack.sh("(wrk -t2 -c16 -d8s --timeout 5s -s " .. stack.shell_quote(script) .. " "
         .. sgw.base_url .. "/test/version > " .. stack.shell_quote(out_file) .. " 2>&1 &)")
       assert.are.equal(0, code)
-      stack.sleep(0.5)
+      stack.eventually(function()
+        local _, metrics = sgw:admin("GET", "/metrics")
+        return metrics and metrics:find('route="/test/version"', 1, true)
+      end, 10, 0.05, "the load to reach the server")
 
       local refused_seen = false
       for i = 1, 20 do
@@ -405,7 +408,10 @@ end
       local out_file = stack.build_dir() .. "/test-roots/drain-" .. other.http_port .. ".out"
       stack.sh("(curl -s -o " .. stack.shell_quote(out_file) .. " -w '%{http_code}' " .. other.base_url
         .. "/test/slow > " .. stack.shell_quote(out_file .. ".code") .. " 2>&1 &)")
-      stack.sleep(0.4)
+      stack.eventually(function()
+        local _, metrics = other:admin("GET", "/metrics")
+        return metrics and metrics:match("\nsgw_http_inflight_requests ([1-9]%d*)\n")
+      end, 10, 0.02, "the slow request to be in flight")
       local code = other:stop(20)
       assert.are.equal(0, code)
       local f = assert(io.open(out_file .. ".code"))

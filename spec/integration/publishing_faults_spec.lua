@@ -141,6 +141,25 @@ describe("publishing faults", function()
     assert.are.equal(found.id, target.platformPostId)
   end)
 
+  it("never sends a publishing POST twice when a reused connection closes without an answer", function()
+    -- A first post leaves a kept-alive connection to the platform behind;
+    -- on that connection the next POST is carried out and then cut off. A
+    -- transport that re-sent the POST on a fresh connection would publish twice.
+    local warm = t.text("Warms the connection")
+    assert.are.equal("succeeded", t.wait(warm.operationId, 30).status)
+    fake.fail({ match = { method = "POST", path = "/{page}/feed" }, count = 1, kind = "close_after_commit" })
+    local body = t.text("Closed after commit")
+    assert.are.equal("succeeded", t.wait(body.operationId, 30).status, cjson.encode(t.post(body.resource.postId)))
+    local target = t.post(body.resource.postId).targets[1]
+    assert.are.equal("published", target.status)
+    assert.are.equal(1, times_published(fake, t.page.id, "Closed after commit"))
+    local sent = 0
+    for _, r in ipairs(fake.requests({ method = "POST", path = "/" .. t.page.id .. "/feed" })) do
+      if type(r.params) == "table" and r.params.message == "Closed after commit" then sent = sent + 1 end
+    end
+    assert.are.equal(1, sent, "the POST reached the platform once")
+  end)
+
   it("tries again when the platform drops the connection before doing anything", function()
     fake.fail({ match = { method = "POST", path = "/{page}/feed" }, count = 1, kind = "close" })
     local body = t.text("Dropped once")

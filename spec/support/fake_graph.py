@@ -29,7 +29,8 @@ Control API (JSON bodies; answers JSON; errors {"error":{"message",...}} with 4x
   GET    /_fake/pages                  {"data":[page, ...]}
   POST   /_fake/tokens/expire          {"access_token","expired"?: true} -> 190/463 from then on
   POST   /_fake/failures               {"match"?:{"method"?,"path"?,"account"?}, "count"?:1,
-                                        "kind"?: "error" | "timeout_after_commit" | "close" | "http" | "delay",
+                                        "kind"?: "error" | "timeout_after_commit" | "close_after_commit"
+                                                | "close" | "http" | "delay",
                                         "preset"?: name in PRESETS,
                                         "error"?: {"code","subcode"?,"http"?,"message"?,"type"?,
                                                    "is_transient"?,"error_user_title"?,"error_user_msg"?,
@@ -259,7 +260,7 @@ PRESETS = {
     "policy": {"code": 368},
 }
 
-FAILURE_KINDS = {"error", "timeout_after_commit", "close", "http", "delay"}
+FAILURE_KINDS = {"error", "timeout_after_commit", "close_after_commit", "close", "http", "delay"}
 
 
 def fbtrace_id():
@@ -1589,6 +1590,12 @@ class Handler(BaseHTTPRequestHandler):
         entry["status"] = resp.status
         entry["duration_ms"] = int((time.monotonic() - started) * 1000)
 
+        if kind == "close_after_commit":
+            # The work is done and stored; the connection ends without a byte
+            # of answer, as when a front end dies after forwarding.
+            entry["outcome"] = "close_after_commit"
+            self.drop()
+            return
         if kind == "timeout_after_commit":
             # The work is done and stored; the answer comes too late for the
             # client, which sees a time-out although the post exists.
