@@ -31,6 +31,7 @@
 
 static struct MHD_Daemon *daemon_handle;
 static atomic_int         inflight;
+static atomic_int         quiescing;        /* http_quiesce was called */
 static size_t             max_header_bytes;
 static size_t             max_body_bytes;   /* http.max_body_bytes: routes without their own */
 static int                log_requests;
@@ -180,13 +181,14 @@ static struct MHD_Response *make_response(sgw_request *req) {
     for (int i = 0; i < req->nresp_headers; i++)
         MHD_add_response_header(r, req->resp_headers[i].name, req->resp_headers[i].value);
     MHD_add_response_header(r, "X-Request-Id", req->id);
-    if (req->early_status == 431 || (req->early_status == 413 && !req->body_too_large))
+    /* While draining, a kept-alive connection would bring new requests. */
+    if (req->early_status == 431 || (req->early_status == 413 && !req->body_too_large) ||
+        atomic_load(&quiescing))
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     return r;
 }
 
-/* Runs the complete request. The request counts as in flight from here
- * until on_completed, whichever thread answers it. */
+/* Runs the complete request, whichever thread then answers it. */
 static enum MHD_Result dispatch_now(struct MHD_Connection *conn, sgw_request *req) {
     if (!req->dispatched) {            /* not again when a deferred request runs again */
         if (!req->early_status || req->early_status == 404 || req->early_status == 405) {
@@ -195,7 +197,6 @@ static enum MHD_Result dispatch_now(struct MHD_Connection *conn, sgw_request *re
             req->query = q.v;
             req->nquery = q.n;
         }
-        atomic_fetch_add(&inflight, 1);
         req->dispatched = 1;
     }
     int how = workers_run_inline(req);
@@ -225,6 +226,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         req = request_new();
         if (!req) return MHD_NO;
         *con_cls = req;
+        /* In flight from its first byte until on_completed: a drain waits
+         * for a body that is still arriving too. */
+        atomic_fetch_add(&inflight, 1);
         req->conn = conn;
         req->start_ms = clock_mono_ms();
         memcpy(req->id, "req_", 4);
@@ -387,7 +391,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         metrics_request(route, req->method, req->status, (double)ms / 1000.0);
         if (log_requests) log_request(req, route, ms);
     }
-    if (req->dispatched) atomic_fetch_sub(&inflight, 1);
+    atomic_fetch_sub(&inflight, 1);
     request_free(req);
 }
 
@@ -442,14 +446,21 @@ int http_start(void) {
     return 0;
 }
 
+/* The listening socket MHD_quiesce_daemon hands back: MHD's epoll set
+ * still holds it, so it is closed only after MHD_stop_daemon. */
+static MHD_socket quiesced = MHD_INVALID_SOCKET;
+
 void http_quiesce(void) {
-    if (daemon_handle) {
-        MHD_socket s = MHD_quiesce_daemon(daemon_handle);
-        if (s != MHD_INVALID_SOCKET) close(s);
-    }
+    atomic_store(&quiescing, 1);
+    if (daemon_handle && quiesced == MHD_INVALID_SOCKET) quiesced = MHD_quiesce_daemon(daemon_handle);
 }
 
+/* Every suspended connection must have been resumed by now (main.c stops
+ * the Redis pipeline and the workers first): MHD aborts the process when it
+ * is stopped with one still suspended. */
 void http_stop(void) {
     if (daemon_handle) MHD_stop_daemon(daemon_handle);
     daemon_handle = NULL;
+    if (quiesced != MHD_INVALID_SOCKET) close(quiesced);
+    quiesced = MHD_INVALID_SOCKET;
 }

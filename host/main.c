@@ -333,6 +333,11 @@ static int cmd_serve(void) {
     }
     rc = 0;
     admin_stop();
+    /* Whatever is still suspended is resumed before the listener stops (MHD
+     * aborts otherwise): the pipeline hands its requests back, the workers
+     * finish what they hold and queue, and answer 503 to anything later. */
+    redis_pipe_stop();
+    workers_stop();
 out_admin:
     http_stop();
 out_http:

@@ -49,6 +49,7 @@ static pthread_mutex_t qlock = PTHREAD_MUTEX_INITIALIZER;
 static sgw_request    *qhead, *qtail;
 static int             qdepth;
 static int             stopping;
+static int             alive;       /* worker threads that have not left */
 static http_worker    *idle_top;
 
 static http_worker *workers;
@@ -603,6 +604,15 @@ void workers_enqueue(sgw_request *req) {
     req->next = NULL;
     metrics_count("sgw_requests_queued_total", NULL, 1);
     pthread_mutex_lock(&qlock);
+    if (stopping && alive == 0) {
+        /* Shutting down and no thread left to run it (a request that came
+         * on a kept-alive connection after the drain): answer it now, so
+         * that no connection stays suspended. */
+        pthread_mutex_unlock(&qlock);
+        internal_error(req, 503, "service_unavailable", "Service unavailable");
+        http_complete(req);
+        return;
+    }
     if (qtail) qtail->next = req;
     else qhead = req;
     qtail = req;
@@ -684,6 +694,7 @@ static void *worker_main(void *arg) {
                 }
                 if (stopping) {
                     leave = 1;
+                    alive--;
                     break;
                 }
                 push_idle(hw);
@@ -711,7 +722,13 @@ static int start_one(http_worker *hw, int id) {
         worker_destroy(&hw->w);
         return -1;
     }
+    pthread_mutex_lock(&qlock);
+    alive++;
+    pthread_mutex_unlock(&qlock);
     if (pthread_create(&hw->thread, NULL, worker_main, hw)) {
+        pthread_mutex_lock(&qlock);
+        alive--;
+        pthread_mutex_unlock(&qlock);
         pthread_cond_destroy(&hw->cond);
         worker_destroy(&hw->w);
         return -1;

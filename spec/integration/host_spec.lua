@@ -422,6 +422,63 @@ end
       assert.are.equal(42, cjson.decode(f:read("a")).answer)
       f:close()
     end)
+
+    it("waits on SIGTERM for a request whose body is still arriving", function()
+      local other = stack.start_sgw { name = "drain-body", set = { ["lua.root"] = root,
+        ["api.rate_limit.anonymous_per_minute"] = 1000000 } }
+      local dir = stack.build_dir() .. "/test-roots/drain-body-" .. other.http_port
+      local q = stack.shell_quote
+      assert(stack.sh("mkdir -p " .. q(dir)) == 0)
+      -- 48 KB at 16 KB/s: three seconds of body.
+      local f = assert(io.open(dir .. "/body.json", "w"))
+      f:write('{"note":"' .. string.rep("x", 48 * 1024) .. '"}')
+      f:close()
+      stack.sh("(curl -s --limit-rate 16k -H 'Content-Type: application/json' --data-binary @" .. q(dir .. "/body.json")
+        .. " -o " .. q(dir .. "/out") .. " -w '%{http_code}' " .. other.base_url .. "/test/items/1/notes/2 > "
+        .. q(dir .. "/code") .. " 2>&1 &)")
+      stack.eventually(function()
+        local _, metrics = other:admin("GET", "/metrics")
+        return metrics and metrics:match("\nsgw_http_inflight_requests ([1-9]%d*)\n")
+      end, 10, 0.02, "the upload to be under way")
+      assert.are.equal(0, other:stop(20))
+      local code = stack.eventually(function()
+        local c = io.open(dir .. "/code")
+        local text = c and c:read("a")
+        if c then c:close() end
+        return text ~= nil and text ~= "" and text
+      end, 10, 0.05, "curl to finish")
+      assert.are.equal("201", code, "the upload was answered, not cut")
+      local out = assert(io.open(dir .. "/out"))
+      assert.are.equal(48 * 1024, #cjson.decode(out:read("a")).body.note)
+      out:close()
+    end)
+
+    it("exits 0 on SIGTERM under a burst of requests, twenty times out of twenty", function()
+      local script = stack.build_dir() .. "/test-roots/burst-wrk.lua"
+      fixture_root.write(script, [[
+local paths = { "/test/mixed?sleep=0.2", "/test/version", "/test/slow", "/api/v1/openapi.json" }
+local i = 0
+request = function()
+  i = i + 1
+  return wrk.format("GET", paths[i % #paths + 1])
+end
+]])
+      for round = 1, 20 do
+        -- A short drain, so that some requests are still queued or suspended
+        -- when it ends and the stop has to see them through.
+        local inst = stack.start_sgw { name = "burst-" .. round, set = { ["lua.root"] = root,
+          ["api.rate_limit.anonymous_per_minute"] = 1000000, ["http.drain_seconds"] = 0.3, ["http.workers"] = 2 } }
+        stack.sh("(wrk -t2 -c48 -d4s --timeout 3s -s " .. stack.shell_quote(script) .. " " .. inst.base_url
+          .. " > /dev/null 2>&1 &)")
+        stack.eventually(function()
+          local _, metrics = inst:admin("GET", "/metrics")
+          local n = metrics and tonumber(metrics:match("\nsgw_http_inflight_requests (%d+)\n"))
+          return n and n >= 8
+        end, 10, 0.01, "a burst in flight (round " .. round .. ")")
+        local code, why = inst:stop(30)
+        assert.are.equal(0, code, "round " .. round .. ": " .. tostring(why) .. "\n" .. inst:log():sub(-2000))
+      end
+    end)
   end)
 end)
 
