@@ -92,7 +92,8 @@ local function record(row, outcome)
       local e = outcome.error or { code = "platform_unavailable", message = "No answer from the platform." }
       local retryable = graph_errors.retryable(e.code)
       local again = retryable and retry.should_retry(e.code, row.run_attempts)
-      local stored = json.encode({ code = e.code, message = e.message, retryable = retryable, platformCode = e.platform_code })
+      local stored = json.encode({ code = e.code, message = e.message, retryable = retryable, platformCode = e.platform_code,
+        platform = graph_errors.public_detail(e) })
       if again then
         local delay = retry.delay(row.run_attempts, { base = config.get("publishing.retry.base_seconds"),
           max = config.get("publishing.retry.max_seconds"), retry_after = e.retry_after })
