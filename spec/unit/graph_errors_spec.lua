@@ -48,7 +48,8 @@ describe("graph_errors.from_response", function()
 
   it("classifies transient failures as platform_unavailable", function()
     assert.same({ code = "platform_unavailable",
-      message = "An unexpected error has occurred. Please retry your request later.", platform_code = "2" },
+      message = "An unexpected error has occurred. Please retry your request later.", platform_code = "2",
+      platform = { code = 2, fbtrace_id = "A" } },
       class_of(500, { message = "An unexpected error has occurred. Please retry your request later.",
         type = "OAuthException", is_transient = true, code = 2, fbtrace_id = "A" }))
     assert.equal("platform_unavailable", class_of(500, { message = "An unknown error occurred", code = 1, error_subcode = 99 }).code)
@@ -102,7 +103,8 @@ describe("graph_errors.from_response", function()
       error_subcode = 2207010 }).code)
     assert.equal("content_rejected", class_of(400, { message = "(#100) Invalid parameter", code = 100 }).code)
     local dup = class_of(400, { message = "(#506) Duplicate status message", code = 506 })
-    assert.same({ code = "duplicate_content", message = "(#506) Duplicate status message", platform_code = "506" }, dup)
+    assert.same({ code = "duplicate_content", message = "(#506) Duplicate status message", platform_code = "506",
+      platform = { code = 506 } }, dup)
     local missing = class_of(400, { message = "Unsupported post request. Object with ID '17841400000000000' does not exist, "
       .. "cannot be loaded due to missing permissions, or does not support this operation.",
       type = "GraphMethodException", code = 100, error_subcode = 33 })
