@@ -177,7 +177,8 @@ local function fail(row, e)
   db.transaction(function()
     local op = assert(db.query("SELECT status FROM operations WHERE id = $1 FOR UPDATE", row.id))[1]
     if FINAL[op.status] then return end
-    operations.finish(row.id, "failed", nil, { code = e.code, message = e.message, platformCode = e.platform_code or json.null })
+    operations.finish(row.id, "failed", nil, { code = e.code, message = e.message, platformCode = e.platform_code or json.null,
+      platform = graph_errors.public_detail(e) })
   end)
 end
 

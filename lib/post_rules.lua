@@ -23,7 +23,10 @@ local LIMITS = {
   url_chars = 2048,
   external_reference_chars = 255,
   media_items = 1,
-  instagram = { caption_chars = 2200, hashtags = 30, mentions = 20 },
+  instagram = { caption_chars = 2200, hashtags = 30, mentions = 20,
+    -- Meta's image specification: JPEG, at most 8 MiB, width/height from 4:5 to
+    -- 1.91:1 (as integer ratios, so that exactly 4:5 passes), at least 320 px wide.
+    image_bytes = 8 * 1024 * 1024, aspect_min = { 4, 5 }, aspect_max = { 191, 100 }, min_width = 320 },
 }
 M.LIMITS = LIMITS
 
@@ -357,7 +360,8 @@ local function check_media(ctx, body, ctype)
       "No upload has this id; upload the image with POST /api/v1/uploads first.")
     return nil
   end
-  return { upload_id = id, mime_type = upload.mime_type }
+  return { upload_id = id, mime_type = upload.mime_type, size_bytes = upload.size_bytes, width = upload.width,
+    height = upload.height }
 end
 
 -- An image post has exactly one image: content.imageUrl or media[0]. `body` tells what
@@ -392,6 +396,34 @@ end
 M.count_hashtags = function(s) return count_tags(s, "#", "%w_\128-\255") end
 M.count_mentions = function(s) return count_tags(s, "@", "%w_") end
 
+-- What Instagram refuses in an image {mime_type, size_bytes, width, height}:
+-- a list of {code, message}, each message naming the rule and the measured value.
+function M.instagram_image_problems(image)
+  local limits, out = LIMITS.instagram, {}
+  local function add(code, message) out[#out + 1] = { code = code, message = message } end
+  if image.mime_type ~= "image/jpeg" then
+    add("image_not_jpeg", ("Instagram accepts only JPEG images and this image is %s; use a JPEG.")
+      :format(tostring(image.mime_type)))
+  end
+  if image.size_bytes and image.size_bytes > limits.image_bytes then
+    add("image_too_large", ("The image has %d bytes (%.1f MiB), more than Instagram's 8 MiB (%d bytes).")
+      :format(image.size_bytes, image.size_bytes / 1048576, limits.image_bytes))
+  end
+  local w, h = image.width, image.height
+  if w and h and h > 0 then
+    local lo, hi = limits.aspect_min, limits.aspect_max
+    if w * lo[2] < h * lo[1] or w * hi[2] > h * hi[1] then
+      add("image_aspect_ratio", ("The image is %dx%d px: aspect ratio %.2f (width/height) is outside Instagram's "
+        .. "%.2f to %.2f; crop it."):format(w, h, w / h, lo[1] / lo[2], hi[1] / hi[2]))
+    end
+  end
+  if w and w < limits.min_width then
+    add("image_too_small", ("The image is %d px wide, less than Instagram's minimum width of %d px.")
+      :format(w, limits.min_width))
+  end
+  return out
+end
+
 -- What Instagram accepts (spec 4.3 and 8), one rule each. `post` is
 -- {type, message, image_url_scheme, upload}.
 local INSTAGRAM_RULES = {
@@ -401,11 +433,9 @@ local INSTAGRAM_RULES = {
         ("Instagram does not publish %s posts; post an image, or remove the Instagram targets."):format(post.type))
     end
   end,
-  function(ctx, post)   -- JPEG only; an upload's type comes from its bytes
-    if post.upload and post.upload.mime_type ~= "image/jpeg" then
-      ctx.add("/media/0/uploadId", "image_not_jpeg",
-        ("Instagram accepts only JPEG images and this upload is %s; upload a JPEG."):format(post.upload.mime_type))
-    end
+  function(ctx, post)   -- Meta's image rules; an upload's type and size come from its bytes
+    if not post.upload then return end
+    for _, p in ipairs(M.instagram_image_problems(post.upload)) do ctx.add("/media/0/uploadId", p.code, p.message) end
   end,
   -- Instagram fetches the image itself, over HTTPS only. The bytes behind a URL are not
   -- known here and an extension proves nothing either way, so a URL to a non-JPEG is

@@ -26,7 +26,7 @@ function M.present_target(t)
   local err = json.null
   if t.error then
     err = { code = t.error.code, message = t.error.message, retryable = t.error.retryable or false,
-      platformCode = or_null(t.error.platformCode) }
+      platformCode = or_null(t.error.platformCode), platform = or_null(t.error.platform) }
   end
   return {
     id = t.id, socialAccountId = t.social_account_id, platform = t.platform, status = t.status,

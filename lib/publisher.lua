@@ -91,13 +91,20 @@ local function record(row, outcome)
     else
       local e = outcome.error or { code = "platform_unavailable", message = "No answer from the platform." }
       local retryable = graph_errors.retryable(e.code)
-      local again = retryable and retry.should_retry(e.code, row.run_attempts)
-      local stored = json.encode({ code = e.code, message = e.message, retryable = retryable, platformCode = e.platform_code })
+      -- A quota wait is no failure of the platform: the post goes out when the
+      -- window frees, however many waits that takes (docs/publishing.md).
+      local again = retryable and (e.quota_wait or retry.should_retry(e.code, row.run_attempts))
+      local stored = json.encode({ code = e.code, message = e.message, retryable = retryable, platformCode = e.platform_code,
+        platform = graph_errors.public_detail(e) })
       if again then
-        local delay = retry.delay(row.run_attempts, { base = config.get("publishing.retry.base_seconds"),
-          max = config.get("publishing.retry.max_seconds"), retry_after = e.retry_after })
+        local delay = e.quota_wait and e.retry_after or retry.delay(row.run_attempts, {
+          base = config.get("publishing.retry.base_seconds"), max = config.get("publishing.retry.max_seconds"),
+          retry_after = e.retry_after })
         assert(db.exec([[UPDATE post_targets SET status = 'retry_scheduled', error = $2,
             next_attempt_at = to_timestamp($3), updated_at = now() WHERE id = $1]], row.id, stored, clock.now() + delay))
+        if e.quota_wait then
+          assert(db.exec("UPDATE post_targets SET attempts = attempts - 1, run_attempts = run_attempts - 1 WHERE id = $1", row.id))
+        end
         answer = { retry_in = delay }
       else
         assert(db.exec([[UPDATE post_targets SET status = 'failed', error = $2, next_attempt_at = NULL,

@@ -3,7 +3,11 @@
 -- sgw's error classes (docs/publishing.md):
 --
 --   { code = "<class>", message = "...", platform_code = "190/463" or nil,
---     retry_after = seconds or nil }
+--     retry_after = seconds or nil,
+--     platform = { code, subcode, fbtrace_id, user_message } or nil }
+--
+-- `platform` is Meta's own detail, kept for the client (M.public_detail);
+-- nil when the error did not come from a Graph error body.
 --
 -- Retryable: rate_limited, platform_unavailable. Final: token_expired,
 -- permission_missing, media_rejected, content_rejected, duplicate_content,
@@ -164,6 +168,9 @@ function M.classify(graph_error, status, headers)
     code = class,
     message = short(g.message or g.error_user_msg or ("Graph API answered HTTP " .. tostring(status))),
     platform_code = platform_code(e),
+    platform = { code = e.code, subcode = e.error_subcode,
+      fbtrace_id = type(g.fbtrace_id) == "string" and g.fbtrace_id or nil,
+      user_message = type(g.error_user_msg) == "string" and short(g.error_user_msg) or nil },
   }
   if class == "rate_limited" then
     out.retry_after = M.regain_access_seconds(headers) or (rule and rule.retry_after) or M.DEFAULT_RETRY_AFTER
@@ -193,6 +200,17 @@ end
 function M.from_failure(message, kind)
   local what = kind == "timeout" and "Graph API did not answer in time" or "Could not reach the Graph API"
   return { code = "platform_unavailable", message = what .. " (" .. short(message) .. ")." }
+end
+
+-- Meta's detail of a classified error as clients see it (error.platform):
+-- {code, subcode, fbtraceId, userMessage} with nulls where Meta said
+-- nothing, or null for an error that did not come from Meta.
+function M.public_detail(err)
+  local p = type(err) == "table" and err.platform
+  if type(p) ~= "table" then return json.null end
+  local function or_null(v) if v == nil then return json.null end return v end
+  return { code = or_null(p.code), subcode = or_null(p.subcode), fbtraceId = or_null(p.fbtrace_id),
+    userMessage = or_null(p.user_message) }
 end
 
 return M

@@ -6,10 +6,14 @@
 --   2. GET /{container}?fields=status_code until FINISHED. Still IN_PROGRESS:
 --      publish returns {status = "retry_later", retry_in = poll seconds} and
 --      the job calls publish again later with the saved state.
---   3. POST /{ig-user}/media_publish (creation_id) -> media id
+--   3. POST /{ig-user}/media_publish (creation_id) -> media id, once the
+--      publishing quota has room (platforms.instagram_quota): a used-up quota
+--      is a wait until the window frees, checked before the container is made
+--      (no container left to expire while waiting) and again before publishing.
 --
 -- A container already PUBLISHED means the media exists: find it, publish nothing.
 local graph = require "platforms.graph"
+local quota = require "platforms.instagram_quota"
 
 local M = {}
 
@@ -66,6 +70,10 @@ end
 function M.publish(ctx)
   local token = ctx.account.access_token
   ctx.target.adapter_state = ctx.target.adapter_state or {}
+  if not ctx.target.adapter_state.container_id then
+    local wait = quota.check(ctx.account)
+    if wait then return { status = "error", error = wait } end
+  end
   local container, err = container_of(ctx, token)
   if not container then return graph.failed(err, false) end
 
@@ -84,10 +92,14 @@ function M.publish(ctx)
     return { status = "retry_later", retry_in = config.get("meta.instagram_container_poll_seconds") }
   end
 
+  local wait = quota.check(ctx.account)
+  if wait then return { status = "error", error = wait } end
   local published, perr, sent = graph.call("POST", ctx.account.platform_account_id .. "/media_publish",
     { creation_id = container }, token)
   if perr and perr.platform_code == ALREADY_PUBLISHED then return existing_media(ctx, token) end
+  if quota.is_quota_error(perr) then return { status = "error", error = quota.exhausted(ctx.account, perr) } end
   if not published then return graph.failed(perr, sent) end
+  quota.published(ctx.account)
   if not published.id then return graph.failed({ message = "No media id in Meta's answer." }, true) end
   return graph.published(published.id, graph.permalink(published.id, "permalink", token))
 end

@@ -396,6 +396,22 @@ describe("moderation", function()
       assert.is_true(t.get(c.id).isHidden)
     end)
 
+    it("keeps Meta's code, subcode, trace id and user message on a failed operation", function()
+      local c, fc = user_comment("Refused hide")
+      fake.fail({ match = { method = "POST", path = "/{comment}" }, count = 1, error = { code = 100,
+        subcode = 2534022, message = "(#100) Invalid parameter", error_user_msg = "This comment cannot be hidden." } })
+      local _, body = t.api("POST", "/api/v1/comments/" .. c.id .. "/hide")
+      local op = t.wait(body.operationId)
+      assert.are.equal("failed", op.status)
+      assert.are.equal("100/2534022", op.error.platformCode)
+      local sent = fake.requests({ method = "POST", path = "/" .. fc.id })
+      assert.are.same({ code = 100, subcode = 2534022, userMessage = "This comment cannot be hidden." },
+        { code = op.error.platform.code, subcode = op.error.platform.subcode, userMessage = op.error.platform.userMessage })
+      assert.matches("^[%w_%-]+$", op.error.platform.fbtraceId)
+      assert.are.equal(1, #sent)
+      assert.is_false(t.get(c.id).isHidden)
+    end)
+
     -- Last: it moves sgw's clock forward for good.
     it("waits as long as a rate-limited platform asks, then replies", function()
       local c, fc = user_comment("Rate limits?")

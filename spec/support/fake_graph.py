@@ -49,6 +49,11 @@ Control API (JSON bodies; answers JSON; errors {"error":{"message",...}} with 4x
                                        {"data":[{"seq","time","method","path","version","params",
                                                  "account","auth","status","outcome",...}]}
   GET    /_fake/assets/<name>          images to publish by URL (see asset())
+  POST   /_fake/instagram/quota        {"account","used"} -> {"account","quota_usage","quota_total",
+                                       "quota_duration"}: makes the account's usage in the
+                                       current window `used` by counting publishes made
+                                       elsewhere (now) or forgetting those; the total and
+                                       the window are config ig_quota, ig_quota_duration_s
 
 Python 3 standard library only.
 """
@@ -97,7 +102,8 @@ SECRET_PARAMS = {"access_token", "client_secret", "fb_exchange_token", "appsecre
 DEFAULT_CONFIG = {
     "latency_ms": 0,                  # added to every Graph call
     "container_ready_ms": 300,        # IN_PROGRESS -> FINISHED
-    "ig_quota": 50,                   # Instagram posts per 24 h per account
+    "ig_quota": 50,                   # Instagram posts per window per account ...
+    "ig_quota_duration_s": IG_QUOTA_DURATION,  # ... a rolling window of this many seconds
     "fetch_timeout_ms": 10000,        # fetching image URLs
     # Fetch https:// image URLs over plain HTTP: tests serve images from
     # loopback without TLS, while the gateway rightly insists on https URLs
@@ -1058,8 +1064,7 @@ def publish_container(app, req, ig):
             e = c["error"]
             raise GraphError(e.code, e.subcode, message=e.message, user_msg=e.user_msg)
         now = s.now()
-        used = sum(1 for m in ig["media"] if m["created"] > now - IG_QUOTA_DURATION)
-        if used >= int(s.config["ig_quota"]):
+        if ig_quota_usage(s, ig, now) >= int(s.config["ig_quota"]):
             raise GraphError(9, 2207042)
         media = {"id": s.new_id(17, "179"), "account": ig["id"], "ig_id": ig["id"],
                  "container_id": c["id"], "caption": c["caption"], "image_url": c["image_url"],
@@ -1074,6 +1079,14 @@ def publish_container(app, req, ig):
                             "url": c["image_url"], "created_time": fmt_time(now),
                             "permalink": ig_permalink(media)})
     return Response(200, {"id": media["id"]})
+
+
+def ig_quota_usage(s, ig, now):
+    """Publishes in the rolling window: Meta counts every API publish of the
+    account, ours and those of other tools, until it is quota_duration old."""
+    since = now - float(s.config["ig_quota_duration_s"])
+    return (sum(1 for m in ig["media"] if m["created"] > since)
+            + sum(1 for t in ig["foreign_publishes"] if t > since))
 
 
 def ig_permalink(media):
@@ -1091,10 +1104,9 @@ def list_ig_media(app, req, ig):
 def publishing_limit(app, req, ig):
     s = app.store
     with s.lock:
-        now = s.now()
-        used = sum(1 for m in ig["media"] if m["created"] > now - IG_QUOTA_DURATION)
-        full = {"quota_usage": used,
-                "config": {"quota_total": int(s.config["ig_quota"]), "quota_duration": IG_QUOTA_DURATION}}
+        full = {"quota_usage": ig_quota_usage(s, ig, s.now()),
+                "config": {"quota_total": int(s.config["ig_quota"]),
+                           "quota_duration": int(s.config["ig_quota_duration_s"])}}
     wanted = req.params.get("fields")
     if wanted:
         names = {n for n, _ in parse_fields(wanted)}
@@ -1240,7 +1252,8 @@ def c_add_page(app, params, body):
             if ig_id in s.objects:
                 raise ControlError("id %s is taken" % ig_id, 409)
             ig = {"id": ig_id, "account": ig_id, "page_id": page_id,
-                  "username": iga.get("username") or "ig_%s" % ig_id[-6:], "media": []}
+                  "username": iga.get("username") or "ig_%s" % ig_id[-6:], "media": [],
+                  "foreign_publishes": []}
             page["ig_id"] = ig_id
             s.ig_users[ig_id] = ig
             s.add_object("ig_user", ig)
@@ -1351,6 +1364,28 @@ def c_set_config(app, params, body):
     with app.store.lock:
         app.store.config.update(body)
         return dict(app.store.config)
+
+
+@control("POST", "instagram/quota")
+def c_instagram_quota(app, params, body):
+    s = app.store
+    used = body.get("used")
+    if not isinstance(used, int) or isinstance(used, bool) or used < 0:
+        raise ControlError("used must be a non-negative integer")
+    with s.lock:
+        ig = s.ig_users.get(str(body.get("account")))
+        if ig is None:
+            raise ControlError("unknown Instagram account", 404)
+        now = s.now()
+        since = now - float(s.config["ig_quota_duration_s"])
+        ig["foreign_publishes"] = [t for t in ig["foreign_publishes"] if t > since]
+        while ig_quota_usage(s, ig, now) > used and ig["foreign_publishes"]:
+            ig["foreign_publishes"].pop(0)
+        while ig_quota_usage(s, ig, now) < used:
+            ig["foreign_publishes"].append(now)
+        return {"account": ig["id"], "quota_usage": ig_quota_usage(s, ig, now),
+                "quota_total": int(s.config["ig_quota"]),
+                "quota_duration": int(s.config["ig_quota_duration_s"])}
 
 
 @control("GET", "published")

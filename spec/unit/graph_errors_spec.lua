@@ -20,7 +20,8 @@ describe("graph_errors.from_response", function()
     local e = class_of(403, { message = "(#4) Application request limit reached", type = "OAuthException",
       is_transient = true, code = 4, fbtrace_id = "AbCdEf" })
     assert.same({ code = "rate_limited", message = "(#4) Application request limit reached",
-      platform_code = "4", retry_after = errors.DEFAULT_RETRY_AFTER }, e)
+      platform_code = "4", retry_after = errors.DEFAULT_RETRY_AFTER,
+      platform = { code = 4, fbtrace_id = "AbCdEf" } }, e)
 
     e = class_of(400, { message = "(#80001) There have been too many calls to this Page account. Wait a bit and try again.",
       type = "OAuthException", code = 80001, fbtrace_id = "X" }, buc({
@@ -47,7 +48,8 @@ describe("graph_errors.from_response", function()
 
   it("classifies transient failures as platform_unavailable", function()
     assert.same({ code = "platform_unavailable",
-      message = "An unexpected error has occurred. Please retry your request later.", platform_code = "2" },
+      message = "An unexpected error has occurred. Please retry your request later.", platform_code = "2",
+      platform = { code = 2, fbtrace_id = "A" } },
       class_of(500, { message = "An unexpected error has occurred. Please retry your request later.",
         type = "OAuthException", is_transient = true, code = 2, fbtrace_id = "A" }))
     assert.equal("platform_unavailable", class_of(500, { message = "An unknown error occurred", code = 1, error_subcode = 99 }).code)
@@ -101,7 +103,8 @@ describe("graph_errors.from_response", function()
       error_subcode = 2207010 }).code)
     assert.equal("content_rejected", class_of(400, { message = "(#100) Invalid parameter", code = 100 }).code)
     local dup = class_of(400, { message = "(#506) Duplicate status message", code = 506 })
-    assert.same({ code = "duplicate_content", message = "(#506) Duplicate status message", platform_code = "506" }, dup)
+    assert.same({ code = "duplicate_content", message = "(#506) Duplicate status message", platform_code = "506",
+      platform = { code = 506 } }, dup)
     local missing = class_of(400, { message = "Unsupported post request. Object with ID '17841400000000000' does not exist, "
       .. "cannot be loaded due to missing permissions, or does not support this operation.",
       type = "GraphMethodException", code = 100, error_subcode = 33 })
@@ -126,6 +129,28 @@ describe("graph_errors.from_response", function()
     local e = errors.from_failure("Failed to connect to graph?access_token=EAAB123secret&x=1", "connect")
     assert.equal("platform_unavailable", e.code)
     assert.falsy(e.message:find("EAAB123secret", 1, true))
+  end)
+end)
+
+describe("graph_errors.public_detail", function()
+  it("keeps Meta's code, subcode, trace id and message for the user, with nulls where Meta said nothing", function()
+    local e = class_of(400, { message = "Invalid parameter", type = "OAuthException", code = 100, error_subcode = 2207010,
+      fbtrace_id = "A1b2C3", error_user_title = "Caption too long", error_user_msg = "The caption is too long." })
+    assert.same({ code = 100, subcode = 2207010, fbtraceId = "A1b2C3", userMessage = "The caption is too long." },
+      errors.public_detail(e))
+    e = class_of(400, { message = "(#4) Application request limit reached", code = 4 })
+    assert.same({ code = 4, subcode = cjson.null, fbtraceId = cjson.null, userMessage = cjson.null },
+      errors.public_detail(e))
+  end)
+
+  it("is null for failures that did not come from Meta, whose messages say what happened", function()
+    local e = errors.from_response({ status = 502, headers = {}, body = "<html>Bad gateway</html>" })
+    assert.equal(cjson.null, errors.public_detail(e))
+    assert.matches("HTTP 502", e.message)
+    e = errors.from_failure("Operation timed out after 30000 milliseconds", "timeout")
+    assert.equal(cjson.null, errors.public_detail(e))
+    assert.matches("did not answer in time", e.message)
+    assert.equal(cjson.null, errors.public_detail(nil))
   end)
 end)
 

@@ -18,6 +18,12 @@ end
 local UPLOADS = {
   upl_jpg = { id = "upl_jpg", mime_type = "image/jpeg", size_bytes = 1000, width = 1080, height = 1080 },
   upl_png = { id = "upl_png", mime_type = "image/png", size_bytes = 1000, width = 1080, height = 1080 },
+  upl_big = { id = "upl_big", mime_type = "image/jpeg", size_bytes = 8 * 1048576 + 1, width = 1080, height = 1080 },
+  upl_tall = { id = "upl_tall", mime_type = "image/jpeg", size_bytes = 1000, width = 500, height = 1000 },
+  upl_wide = { id = "upl_wide", mime_type = "image/jpeg", size_bytes = 1000, width = 1920, height = 1000 },
+  upl_4x5 = { id = "upl_4x5", mime_type = "image/jpeg", size_bytes = 8 * 1048576, width = 1080, height = 1350 },
+  upl_191 = { id = "upl_191", mime_type = "image/jpeg", size_bytes = 1000, width = 1910, height = 1000 },
+  upl_small = { id = "upl_small", mime_type = "image/jpeg", size_bytes = 1000, width = 300, height = 300 },
 }
 
 local lookups
@@ -482,6 +488,32 @@ describe("post_rules.validate", function()
       expect(ig_image({ type = "image" }, { { source = "upload", uploadId = "upl_png" } }),
         { "/media/0/uploadId image_not_jpeg" })
       ok(ig_image({ type = "image" }, { { source = "upload", uploadId = "upl_jpg" } }))
+    end)
+
+    it("check an upload's size, aspect ratio and width, naming the measured value", function()
+      local function problems(id)
+        local _, errors = post_rules.validate(ig_image({ type = "image" }, { { source = "upload", uploadId = id } }), env())
+        local out = {}
+        for _, e in ipairs(errors or {}) do out[#out + 1] = e.field .. " " .. e.code .. ": " .. e.message end
+        return out
+      end
+      assert.same({ "/media/0/uploadId image_too_large: The image has 8388609 bytes (8.0 MiB), more than "
+        .. "Instagram's 8 MiB (8388608 bytes)." }, problems("upl_big"))
+      assert.same({ "/media/0/uploadId image_aspect_ratio: The image is 500x1000 px: aspect ratio 0.50 "
+        .. "(width/height) is outside Instagram's 0.80 to 1.91; crop it." }, problems("upl_tall"))
+      assert.same({ "/media/0/uploadId image_aspect_ratio: The image is 1920x1000 px: aspect ratio 1.92 "
+        .. "(width/height) is outside Instagram's 0.80 to 1.91; crop it." }, problems("upl_wide"))
+      assert.same({ "/media/0/uploadId image_too_small: The image is 300 px wide, less than Instagram's "
+        .. "minimum width of 320 px." }, problems("upl_small"))
+      -- The bounds themselves pass: exactly 4:5, 1.91:1 and 8 MiB.
+      assert.same({}, problems("upl_4x5"))
+      assert.same({}, problems("upl_191"))
+    end)
+
+    it("leave Facebook's image rules as they were", function()
+      local body = ig_image({ type = "image" }, { { source = "upload", uploadId = "upl_tall" } })
+      body.targets = { { socialAccountId = "acc_fb", platform = "facebook" } }
+      ok(body)
     end)
 
     it("need https image URLs, whatever their extension", function()

@@ -1,0 +1,172 @@
+-- Instagram in production (CONTRACT 11) through the API, against the fake
+-- Graph API: the publishing quota read before media_publish, and Meta's error
+-- detail kept on a failed target.
+local stack = require "stack"
+local fake_graph = require "fake_graph"
+local cjson = require "cjson.safe"
+
+local cli = stack.cli
+
+-- Unix seconds of an RFC 3339 UTC time ("2026-01-02T03:04:05.678Z").
+local function unix(s)
+  local y, mo, d, h, mi, sec = s:match("^(%d+)-(%d+)-(%d+)T(%d+):(%d+):([%d%.]+)Z$")
+  assert(y, "not an RFC 3339 UTC time: " .. tostring(s))
+  local t = os.time({ year = tonumber(y), month = tonumber(mo), day = tonumber(d), hour = tonumber(h),
+    min = tonumber(mi), sec = 0, isdst = false })
+  local offset = os.time(os.date("*t", t)) - os.time(os.date("!*t", t))
+  return t + offset + tonumber(sec)
+end
+
+describe("Instagram publishing", function()
+  local fake, sgw, t, ig_user
+
+  setup(function()
+    fake = fake_graph.start({ latency_ms = 0 })
+    fake.config({ fetch_https_as_http = true })
+    sgw = stack.start_sgw { name = "instagram", set = {
+      ["crypto.encryption_key"] = stack.ENCRYPTION_KEY,
+      ["meta.graph_base_url"] = fake.graph_url,
+      ["meta.request_timeout_seconds"] = 2,
+      ["meta.instagram_container_poll_seconds"] = 0.2,
+      ["publishing.retry.base_seconds"] = 0.2,
+      ["publishing.retry.max_seconds"] = 1,
+      -- Quota waits are not attempts: one attempt is all other failures get.
+      ["publishing.retry.max_attempts"] = 1,
+      ["api.rate_limit.per_minute"] = 1000000,
+    } }
+    local company = cli(sgw, { "company", "create", "--name", "Insta Co" }).companyId
+    local key = cli(sgw, { "client", "create", "--company", company, "--environment", "live",
+      "--scopes", "accounts:read posts:read posts:write operations:read" }).apiKey
+    local page = fake.add_page({ name = "Insta page", instagram_business_account = true })
+    ig_user = page.instagram_business_account.id
+    local ig = cli(sgw, { "account", "add", "--company", company, "--environment", "live", "--platform", "instagram",
+      "--platform-account-id", ig_user, "--name", "Insta", "--access-token", page.access_token }).accountId
+    local n = 0
+    t = {}
+    function t.api(method, path, body)
+      n = n + 1
+      return sgw:json(method, path, { body = body,
+        headers = { ["X-Api-Key"] = key, ["Idempotency-Key"] = "ig-" .. n .. "-" .. math.random(1, 1e9) } })
+    end
+    function t.publish(message)
+      local status, body = t.api("POST", "/api/v1/posts", {
+        targets = { { socialAccountId = ig, platform = "instagram" } },
+        content = { type = "image", message = message, imageUrl = fake.asset("tiny.jpg"):gsub("^http:", "https:") },
+        publishing = { mode = "immediate" } })
+      assert(status == 202, cjson.encode(body))
+      return body
+    end
+    function t.target(post_id)
+      local _, body = t.api("GET", "/api/v1/posts/" .. post_id)
+      return body.targets[1]
+    end
+    function t.wait(op_id, timeout)
+      return stack.wait_operation(function(path) return t.api("GET", path) end, op_id, timeout or 30)
+    end
+  end)
+
+  teardown(function()
+    stack.cleanup()
+    fake_graph.stop_all()
+  end)
+
+  before_each(function()
+    fake.clear_failures()
+    fake.config({ ig_quota = 50, ig_quota_duration_s = 86400 })
+    fake.control("POST", "instagram/quota", { account = ig_user, used = 0 })
+  end)
+
+  local function publishes(message)
+    local n = 0
+    for _, p in ipairs(fake.published(ig_user).data) do
+      if p.caption == message then n = n + 1 end
+    end
+    return n
+  end
+
+  local function media_publish_calls()
+    return #fake.requests({ method = "POST", path = "/" .. ig_user .. "/media_publish" })
+  end
+
+  it("waits for the window when the quota is used up, without calling media_publish, then publishes", function()
+    fake.config({ ig_quota = 1, ig_quota_duration_s = 5 })
+    local first = t.publish("First of the window")
+    assert.are.equal("succeeded", t.wait(first.operationId).status)
+    local published_at = unix(t.target(first.resource.postId).publishedAt)
+    local calls = media_publish_calls()
+
+    local second = t.publish("Second of the window")
+    local waiting = stack.eventually(function()
+      local target = t.target(second.resource.postId)
+      return target.status == "retry_scheduled" and target
+    end, 10, 0.05, "the second target to wait for the quota")
+    assert.are.equal("rate_limited", waiting.error.code)
+    assert.is_true(waiting.error.retryable)
+    assert.matches("Instagram's publishing limit of 1 post per 5 seconds is used up", waiting.error.message, 1, true)
+    -- The window frees when the first publish is 5 s old (clocks of sgw and its database: 1 s slack).
+    assert.is_true(math.abs(unix(waiting.nextAttemptAt) - (published_at + 5)) < 1,
+      waiting.nextAttemptAt .. " vs first published " .. t.target(first.resource.postId).publishedAt)
+    assert.are.equal(cjson.null, waiting.error.platform)
+    assert.are.equal(calls, media_publish_calls())
+
+    local op = t.wait(second.operationId, 20)
+    assert.are.equal("succeeded", op.status)
+    local done = t.target(second.resource.postId)
+    assert.are.equal("published", done.status)
+    assert.is_true(unix(done.publishedAt) >= published_at + 5 - 1)
+    assert.are.equal(1, publishes("Second of the window"))
+  end)
+
+  it("waits on a quota used up by other tools until the whole window has passed", function()
+    fake.config({ ig_quota = 2, ig_quota_duration_s = 4 })
+    fake.control("POST", "instagram/quota", { account = ig_user, used = 2 })
+    local before = stack.now()
+    local body = t.publish("After the others")
+    local waiting = stack.eventually(function()
+      local target = t.target(body.resource.postId)
+      return target.status == "retry_scheduled" and target
+    end, 10, 0.05, "the target to wait for the quota")
+    assert.matches("limit of 2 posts per 4 seconds is used up (2 used)", waiting.error.message, 1, true)
+    local at = unix(waiting.nextAttemptAt)
+    assert.is_true(at >= before + 4 - 1 and at <= stack.now() + 4 + 1, waiting.nextAttemptAt)
+    assert.are.equal("succeeded", t.wait(body.operationId, 20).status)
+    assert.are.equal(1, publishes("After the others"))
+  end)
+
+  it("treats 9/2207042 from media_publish the same, keeping Meta's detail", function()
+    fake.config({ ig_quota_duration_s = 3 })
+    fake.fail({ match = { method = "POST", path = "/{ig}/media_publish" }, count = 1, preset = "ig_quota",
+      error = { error_user_msg = "You have reached the maximum number of posts allowed." } })
+    local body = t.publish("Refused by the quota once")
+    local waiting = stack.eventually(function()
+      local target = t.target(body.resource.postId)
+      return target.status == "retry_scheduled" and target
+    end, 10, 0.05, "the target to wait for the quota")
+    assert.are.equal("rate_limited", waiting.error.code)
+    assert.are.equal("9/2207042", waiting.error.platformCode)
+    assert.are.equal(9, waiting.error.platform.code)
+    assert.are.equal(2207042, waiting.error.platform.subcode)
+    assert.are.equal("You have reached the maximum number of posts allowed.", waiting.error.platform.userMessage)
+    assert.is_string(waiting.error.platform.fbtraceId)
+    assert.matches("publishing limit of 50 posts per 3 seconds is used up", waiting.error.message, 1, true)
+    local op = t.wait(body.operationId, 20)
+    assert.are.equal("succeeded", op.status)
+    assert.are.equal(1, publishes("Refused by the quota once"))
+  end)
+
+  it("keeps Meta's code, subcode, trace id and user message on a failed target", function()
+    fake.fail({ match = { method = "POST", path = "/{ig}/media" }, count = 1, error = { code = 100,
+      subcode = 2207010, message = "(#100) The caption is too long", error_user_msg = "Shorten the caption." } })
+    local body = t.publish("Refused caption")
+    local op = t.wait(body.operationId)
+    assert.are.equal("failed", op.status)
+    local target = t.target(body.resource.postId)
+    assert.are.equal("content_rejected", target.error.code)
+    assert.are.equal("100/2207010", target.error.platformCode)
+    assert.are.same({ 100, 2207010, "Shorten the caption." },
+      { target.error.platform.code, target.error.platform.subcode, target.error.platform.userMessage })
+    assert.matches("^A[%w_%-]+$", target.error.platform.fbtraceId)
+    assert.are.same(target.error, op.result.targets[1].error)
+    assert.are.equal(0, publishes("Refused caption"))
+  end)
+end)
