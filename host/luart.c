@@ -20,6 +20,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
+/* lua-cjson, linked in (CMakeLists.txt). */
+int luaopen_cjson(lua_State *L);
+int luaopen_cjson_safe(lua_State *L);
+
 #define MAX_FILES      4096
 #define MAX_FILE_BYTES (4u << 20)
 
@@ -347,11 +351,12 @@ static int l_require(lua_State *L) {
     }
     lua_pop(L, 1);
 
-    /* C modules the host allows (lua-cjson) come through the real loader. */
-    if (strcmp(name, "cjson") == 0 || strcmp(name, "cjson.safe") == 0) {
-        lua_getfield(L, LUA_REGISTRYINDEX, "sgw.c_require");
-        lua_pushstring(L, name);
-        lua_call(L, 1, 1);
+    /* The one C module the host allows, linked in: opened directly, so
+     * no search path (./?.lua, LUA_PATH, LUA_CPATH) is ever consulted. */
+    lua_CFunction open_c = strcmp(name, "cjson") == 0 ? luaopen_cjson
+                         : strcmp(name, "cjson.safe") == 0 ? luaopen_cjson_safe : NULL;
+    if (open_c) {
+        luaL_requiref(L, name, open_c, 0);
         lua_pushvalue(L, -1);
         lua_setfield(L, loaded, name);
         return 1;
@@ -498,9 +503,6 @@ static void build_sandbox(lua_State *L) {
     lua_pushcfunction(L, l_collectgarbage);
     lua_setfield(L, sb, "collectgarbage");
 
-    /* Keep the real package loader for C modules, then hide the rest. */
-    lua_getfield(L, real, "require");
-    lua_setfield(L, LUA_REGISTRYINDEX, "sgw.c_require");
     lua_pushvalue(L, sb);
     lua_rawseti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
     lua_pop(L, 2);
@@ -508,7 +510,9 @@ static void build_sandbox(lua_State *L) {
 
 static void open_libs(lua_State *L) {
     static const luaL_Reg libs[] = {
-        { LUA_GNAME, luaopen_base }, { LUA_LOADLIBNAME, luaopen_package }, { LUA_COLIBNAME, luaopen_coroutine },
+        /* No package library: modules come from handlers/ and lib/ (l_require)
+         * and cjson is linked in, so nothing reads a search path. */
+        { LUA_GNAME, luaopen_base }, { LUA_COLIBNAME, luaopen_coroutine },
         { LUA_TABLIBNAME, luaopen_table }, { LUA_OSLIBNAME, luaopen_os }, { LUA_STRLIBNAME, luaopen_string },
         { LUA_MATHLIBNAME, luaopen_math }, { LUA_UTF8LIBNAME, luaopen_utf8 }, { NULL, NULL }
     };

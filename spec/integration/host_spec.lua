@@ -482,6 +482,26 @@ end
   end)
 end)
 
+describe("Lua module loading", function()
+  it("never looks for cjson on a search path: LUA_PATH, LUA_CPATH and ./ cannot stand in for it", function()
+    local dir = stack.build_dir() .. "/test-roots/" .. stack.unique_name("hijack")
+    assert(stack.sh("mkdir -p " .. stack.shell_quote(dir)) == 0)
+    for _, name in ipairs({ "cjson.lua", "cjson.so" }) do
+      local f = assert(io.open(dir .. "/" .. name, "w"))
+      f:write('error("a stand-in for cjson was loaded")\n')
+      f:close()
+    end
+    local inst = stack.start_sgw { name = "hijack", env = {
+      LUA_PATH = dir .. "/?.lua", LUA_PATH_5_4 = dir .. "/?.lua",
+      LUA_CPATH = dir .. "/?.so", LUA_CPATH_5_4 = dir .. "/?.so" } }
+    local status, doc = inst:json("GET", "/api/v1/openapi.json")
+    assert.are.equal(200, status)
+    assert.are.equal("3.1.0", doc.openapi)
+    assert.falsy(inst:log():find("stand-in", 1, true))
+    assert.are.equal(0, inst:stop())
+  end)
+end)
+
 describe("configuration", function()
   local function run(args)
     local binary = stack.build_dir() .. "/sgw"
