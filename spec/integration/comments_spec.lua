@@ -277,8 +277,11 @@ describe("comments", function()
       assert.are.equal("after the edit", get_comment(id).text)
       ingest(page({ fb_change("edited", id, T0 + 30, { message = "latest" }) }))
       assert.are.equal("latest", get_comment(id).text)
-      assert.are.equal(1, count("SELECT count(*) FROM events WHERE data->'comment'->>'id' = '" .. c.id .. "'"),
-        "one social.comment.received, when the row was created; none for later changes")
+      assert.are.equal(1, count("SELECT count(*) FROM events WHERE type = 'social.comment.received' "
+        .. "AND data->'comment'->>'id' = '" .. c.id .. "'"), "one social.comment.received, when the row was created")
+      -- The add filled in, the stale edit changed nothing: one update, the latest.
+      assert.are.equal("latest", sql("SELECT string_agg(data->'comment'->>'text', ',') FROM events "
+        .. "WHERE type = 'social.comment.updated' AND data->'comment'->>'id' = '" .. c.id .. "'"))
     end)
 
     it("keeps a removal that arrived before its add", function()
