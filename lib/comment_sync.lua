@@ -9,7 +9,15 @@
 -- the account fails (an expired token), and stops altogether when the app's
 -- usage is, or when the run has used most of its interval. An interrupted
 -- target keeps its cursor and goes on when its turn comes again.
+--
+-- Reconciliation: a pass that reads a target from its first page to its last
+-- in one run, every page whole, has seen every comment the target has; the
+-- comments we hold for it that the pass did not see are gone from the
+-- platform (deleted there, or with their thread). Interrupted, resumed or
+-- partial passes conclude nothing.
+local json = require "json"
 local comments = require "comments"
+local versions = require "comment_versions"
 local adapters = require "platforms.adapters"
 
 local M = {}
@@ -33,9 +41,9 @@ local TAKE_SQL = [[
   ), taken AS (
     INSERT INTO comment_sync (post_target_id, checked_at) SELECT id, now() FROM due
     ON CONFLICT (post_target_id) DO UPDATE SET checked_at = now(), updated_at = now()
-    RETURNING post_target_id, cursor
+    RETURNING post_target_id, cursor, checked_at
   )
-  SELECT t.id, t.platform_post_id, taken.cursor,
+  SELECT t.id, t.platform_post_id, taken.cursor, extract(epoch FROM taken.checked_at)::float8 AS checked_at,
          a.id AS account_id, a.platform, a.platform_account_id, a.access_token_enc, a.environment, a.company_id,
          a.name, a.username
     FROM taken JOIN post_targets t ON t.id = taken.post_target_id JOIN social_accounts a ON a.id = t.social_account_id
@@ -51,20 +59,43 @@ end
 -- other targets go on. Any other class concerns the account or the platform.
 local TARGET_ERRORS = { invalid_request = true, content_rejected = true }
 
--- Webhooks date a change to the whole second (Meta's created_time, rounded
--- down); a fetch counts as seen a second before it began, so that a change
--- made while it was on its way still wins over it.
-local function fetch_version()
-  return clock.now() - 1
+-- The comments we hold for a target that a complete pass did not see
+-- (`seen`: platform comment ids), as deletions. Left out: comments sgw first
+-- stored after the run took the target up (created on the platform meanwhile,
+-- a listing that began earlier may not show them) or within
+-- sync.deletion_grace_seconds before (Meta's listings can lag behind a
+-- comment just made, such as our own reply).
+local VANISHED_SQL = [[
+  SELECT platform_comment_id FROM comments
+   WHERE post_target_id = $1 AND NOT is_deleted
+     AND first_seen_at < to_timestamp($2::float8) - make_interval(secs => $3)
+     AND platform_comment_id NOT IN (SELECT jsonb_array_elements_text($4::jsonb))]]
+
+local function vanished(ctx, row, seen)
+  local ids = {}
+  for id in pairs(seen) do ids[#ids + 1] = id end
+  local rows = assert(db.query(VANISHED_SQL, row.id, row.checked_at, config.get("sync.deletion_grace_seconds"),
+    json.encode(json.array(ids))))
+  local out = {}
+  for i, r in ipairs(rows) do
+    out[i] = { social_account_id = ctx.account.id, platform = ctx.account.platform,
+      platform_post_id = row.platform_post_id, platform_comment_id = r.platform_comment_id,
+      is_deleted = true, version = ctx.version, rank = ctx.rank }
+  end
+  return out
 end
 
 -- Pages through one target's comments. Returns nil to go on with the
 -- account, "account" or "app" when usage or an error says to stop.
 local function sync_target(adapter, account, row, deadline_ms)
   local cursor = row.cursor
+  -- Platform ids seen by a pass that began at the first page; nil once the
+  -- pass cannot be complete.
+  local seen = not cursor and {} or nil
   for _ = 1, config.get("sync.max_pages_per_target") do
+    local version, rank = versions.fetched(clock.now())
     local ctx = { account = account, target = { id = row.id, platform_post_id = row.platform_post_id },
-      version = fetch_version() }
+      version = version, rank = rank }
     local page, err, usage = adapter.fetch_comments(ctx, cursor)
     usage = (page and page.usage) or usage or { app = 0, account = 0 }
     if not page then
@@ -75,9 +106,18 @@ local function sync_target(adapter, account, row, deadline_ms)
       if usage.app > M.USAGE_LIMIT then return "app" end
       return not target_only and "account" or nil
     end
+    if page.partial then seen = nil end
+    for _, o in ipairs(seen and page.observations or {}) do seen[o.platform_comment_id] = true end
     db.transaction(function()
-      local created = comments.apply(page.observations)
-      comments.announce(created)
+      local observations = page.observations
+      if seen and page.cursor == nil then
+        local gone = vanished(ctx, row, seen)
+        if #gone > 0 then
+          log.info("comment_sync_vanished", { targetId = row.id, comments = #gone })
+          observations = table.move(gone, 1, #gone, #observations + 1, table.move(observations, 1, #observations, 1, {}))
+        end
+      end
+      comments.announce(comments.apply(observations))
       save(row.id, page.cursor, page.cursor == nil, nil)
     end)
     cursor = page.cursor

@@ -19,20 +19,29 @@ local function select_list(prefix)
 end
 
 -- How each column of an existing row takes an observation (`excluded`).
--- Fields with a version change only for a strictly newer observation, so a
--- redelivery or an older change that arrives late is a no-op; nil keeps.
+-- Fields with a version change only for a strictly newer observation, the
+-- version being (seconds, rank), so a redelivery or an older change that
+-- arrives late is a no-op; nil keeps.
 -- `shown`: the column is part of the API shape (a change bumps updated_at).
-local function newer(col, version_col)
-  return ("CASE WHEN excluded.%s > coalesce(comments.%s, '-Infinity') THEN excluded.%s ELSE comments.%s END")
-    :format(version_col, version_col, col, col)
+local function is_newer(version_col, rank_col)
+  return ("(excluded.%s, excluded.%s) > (coalesce(comments.%s, '-Infinity'), coalesce(comments.%s, 0))")
+    :format(version_col, rank_col, version_col, rank_col)
 end
-local MERGE = {
-  { "text", newer("text", "text_version"), shown = true },
-  { "text_version", "greatest(comments.text_version, excluded.text_version)" },
-  { "is_hidden", newer("is_hidden", "hidden_version"), shown = true },
-  { "hidden_version", "greatest(comments.hidden_version, excluded.hidden_version)" },
-  { "like_count", newer("like_count", "like_version"), shown = true },
-  { "like_version", "greatest(comments.like_version, excluded.like_version)" },
+local function newer(col, version_col, rank_col)
+  return ("CASE WHEN %s THEN excluded.%s ELSE comments.%s END"):format(is_newer(version_col, rank_col), col, col)
+end
+-- A versioned field with its version and rank, which move together.
+local function versioned(col, version_col, rank_col)
+  return { col, newer(col, version_col, rank_col), shown = true },
+    { version_col, newer(version_col, version_col, rank_col) },
+    { rank_col, newer(rank_col, version_col, rank_col) }
+end
+local MERGE = {}
+for _, field in ipairs { { "text", "text_version", "text_rank" }, { "is_hidden", "hidden_version", "hidden_rank" },
+    { "like_count", "like_version", "like_rank" } } do
+  for _, m in ipairs { versioned(table.unpack(field)) } do MERGE[#MERGE + 1] = m end
+end
+for _, m in ipairs {
   -- Deletion is final; authorship and threading do not change once known.
   { "is_deleted", "comments.is_deleted OR excluded.is_deleted", shown = true },
   { "is_from_account", "comments.is_from_account OR excluded.is_from_account", shown = true },
@@ -40,47 +49,57 @@ local MERGE = {
   { "parent_platform_comment_id", "coalesce(comments.parent_platform_comment_id, excluded.parent_platform_comment_id)", shown = true },
   -- A name can change: the newest observation that has one wins.
   { "author_name", [[CASE WHEN excluded.author_name IS NOT NULL AND (comments.author_name IS NULL
-      OR excluded.version > comments.version) THEN excluded.author_name ELSE comments.author_name END]], shown = true },
+      OR ]] .. is_newer("version", "version_rank") .. [[) THEN excluded.author_name ELSE comments.author_name END]], shown = true },
   -- A row first seen through an edit, removal or hide learns its creation
   -- time from the creation when that arrives.
   { "created_at", [[CASE WHEN NOT comments.created_at_known AND excluded.created_at_known THEN excluded.created_at
       ELSE comments.created_at END]], shown = true },
   { "created_at_known", "comments.created_at_known OR excluded.created_at_known" },
-  { "version", "greatest(comments.version, excluded.version)" },
-}
+  { "version", newer("version", "version", "version_rank") },
+  { "version_rank", newer("version_rank", "version", "version_rank") },
+} do MERGE[#MERGE + 1] = m end
+
+-- The state a change of which is announced (social.comment.updated).
+local STATE = { text = true, is_hidden = true, is_deleted = true }
 
 local function upsert_sql()
-  local set, new, old, new_shown, old_shown = {}, {}, {}, {}, {}
+  local set, new, old, new_shown, old_shown, new_state, old_state = {}, {}, {}, {}, {}, {}, {}
   for i, m in ipairs(MERGE) do
     set[i] = m[1] .. " = " .. m[2]
     new[i], old[i] = "(" .. m[2] .. ")", "comments." .. m[1]
     if m.shown then
       new_shown[#new_shown + 1], old_shown[#old_shown + 1] = new[i], old[i]
     end
+    if STATE[m[1]] then
+      new_state[#new_state + 1], old_state[#old_state + 1] = new[i], old[i]
+    end
   end
   set[#set + 1] = ("updated_at = CASE WHEN (%s) IS DISTINCT FROM (%s) THEN now() ELSE comments.updated_at END")
     :format(table.concat(new_shown, ", "), table.concat(old_shown, ", "))
+  set[#set + 1] = ("state_changed = (%s) IS DISTINCT FROM (%s)")
+    :format(table.concat(new_state, ", "), table.concat(old_state, ", "))
   return [[
 WITH obs AS (
   SELECT o.*, t.id AS target_id, t.post_id, t.company_id, t.environment
     FROM jsonb_to_recordset($1::jsonb) AS o(id text, social_account_id text, platform text, platform_post_id text,
            platform_comment_id text, parent_platform_comment_id text, text text, author_platform_id text,
            author_name text, is_from_account boolean, is_hidden boolean, is_deleted boolean, like_count integer,
-           created_at double precision, version double precision)
+           created_at double precision, version double precision, rank smallint)
     -- Only comments on targets we published; anything else is not ours.
     JOIN post_targets t ON t.social_account_id = o.social_account_id AND t.platform_post_id = o.platform_post_id
                        AND t.platform = o.platform AND t.status = 'published'
 ), up AS (
   INSERT INTO comments (id, company_id, environment, post_target_id, post_id, social_account_id, platform,
       platform_comment_id, platform_post_id, parent_platform_comment_id, text, author_platform_id, author_name,
-      is_from_account, is_hidden, is_deleted, like_count, created_at, created_at_known, version,
-      text_version, hidden_version, like_version)
+      is_from_account, is_hidden, is_deleted, like_count, created_at, created_at_known, version, version_rank,
+      text_version, text_rank, hidden_version, hidden_rank, like_version, like_rank)
   SELECT id, company_id, environment, target_id, post_id, social_account_id, platform,
       platform_comment_id, platform_post_id, parent_platform_comment_id, text, author_platform_id, author_name,
       coalesce(is_from_account, false), coalesce(is_hidden, false), coalesce(is_deleted, false), coalesce(like_count, 0),
-      to_timestamp(coalesce(created_at, version)), created_at IS NOT NULL, version,
-      CASE WHEN text IS NOT NULL THEN version END, CASE WHEN is_hidden IS NOT NULL THEN version END,
-      CASE WHEN like_count IS NOT NULL THEN version END
+      to_timestamp(coalesce(created_at, version)), created_at IS NOT NULL, version, coalesce(rank, 0),
+      CASE WHEN text IS NOT NULL THEN version END, CASE WHEN text IS NOT NULL THEN coalesce(rank, 0) END,
+      CASE WHEN is_hidden IS NOT NULL THEN version END, CASE WHEN is_hidden IS NOT NULL THEN coalesce(rank, 0) END,
+      CASE WHEN like_count IS NOT NULL THEN version END, CASE WHEN like_count IS NOT NULL THEN coalesce(rank, 0) END
     FROM obs
     -- One lock order for every caller, so concurrent batches cannot deadlock.
     ORDER BY social_account_id, platform_comment_id
@@ -90,7 +109,7 @@ WITH obs AS (
     WHERE (]] .. table.concat(new, ", ") .. [[) IS DISTINCT FROM (]] .. table.concat(old, ", ") .. [[)
   RETURNING comments.*, (xmax = 0) AS created
 )
-SELECT ]] .. select_list("up.") .. [[, up.created, p.client_id
+SELECT ]] .. select_list("up.") .. [[, up.created, up.state_changed, p.client_id
   FROM up JOIN posts p ON p.id = up.post_id]]
 end
 local UPSERT = upsert_sql()
@@ -150,14 +169,33 @@ function M.present(row)
   }
 end
 
--- social.comment.received for each new comment someone else wrote, to the
--- client that created the post. Inside the caller's transaction.
-function M.announce(created)
+-- What a batch from the platform (a Meta delivery, a sync page, the sandbox
+-- tool) tells the post's client, inside the caller's transaction:
+-- social.comment.received for each new comment someone else wrote, and
+-- social.comment.updated for each known comment whose text, hidden or deleted
+-- state changed. One event per comment, with its state after the batch (a
+-- comment made and edited in one batch is received once, as edited).
+-- created, changed: what apply returned.
+function M.announce(created, changed)
+  local new, last, state_changed, order = {}, {}, {}, {}
+  for _, r in ipairs(created) do new[r.id] = true end
+  for _, r in ipairs(changed or {}) do
+    if not last[r.id] then order[#order + 1] = r.id end
+    last[r.id] = r
+    state_changed[r.id] = state_changed[r.id] or r.state_changed
+  end
   local list = {}
-  for _, r in ipairs(created) do
-    if not r.is_from_account then
+  for _, id in ipairs(order) do
+    local r = last[id]
+    local type
+    if new[id] then
+      type = not r.is_from_account and "social.comment.received" or nil
+    elseif state_changed[id] then
+      type = "social.comment.updated"
+    end
+    if type then
       list[#list + 1] = { client = { company_id = r.company_id, environment = r.environment, client_id = r.client_id },
-        type = "social.comment.received", data = { comment = M.present(r) } }
+        type = type, data = { comment = M.present(r) } }
     end
   end
   events.emit_many(list)

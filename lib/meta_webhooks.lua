@@ -5,6 +5,8 @@
 -- Anything that is not a comment change we understand is skipped and
 -- reported, never an error for the whole delivery: Meta retries a delivery we
 -- refuse for a day and a half, and one odd change must not hold up the rest.
+local RANK = require("comment_versions").RANK
+
 local M = {}
 
 -- delivery.object -> { platform, the change field that carries comments }
@@ -50,6 +52,7 @@ local function page_change(value, entry_id, entry_time)
     author_name = str(from.name),
     is_from_account = from_id and from_id == entry_id, -- nil when the change does not say
     version = version,
+    rank = RANK[verb],
   }
   if verb == "add" then
     o.text = type(value.message) == "string" and value.message or "" -- a photo or sticker comment has no message
@@ -85,6 +88,7 @@ local function instagram_change(value, entry_id, entry_time)
     is_from_account = from_id and from_id == entry_id,
     created_at = version,
     version = version,
+    rank = RANK.add,
   }
 end
 

@@ -13,6 +13,7 @@ local comments = require "comments"
 local operations = require "operations"
 local adapters = require "platforms.adapters"
 local graph_errors = require "platforms.graph_errors"
+local RANK = require("comment_versions").RANK
 
 local M = {}
 
@@ -126,7 +127,8 @@ end
 -- What the platform should now say about the comment, as an observation.
 local function observation(row, action)
   local o = { social_account_id = row.account_id, platform = row.platform, platform_post_id = row.platform_post_id,
-    platform_comment_id = row.platform_comment_id, version = clock.now() }
+    platform_comment_id = row.platform_comment_id, version = clock.now(),
+    rank = RANK[action == "delete" and "remove" or action] }
   if action == "hide" or action == "unhide" then
     o.is_hidden = action == "hide"
   elseif action == "delete" then
@@ -143,7 +145,7 @@ local function reply_observation(row, payload, outcome)
     parent_platform_comment_id = outcome.parent_platform_comment_id or row.platform_comment_id,
     text = payload.message, author_platform_id = row.platform_account_id,
     author_name = row.platform == "instagram" and row.username or row.name,
-    is_from_account = true, is_hidden = false, like_count = 0, created_at = now, version = now }
+    is_from_account = true, is_hidden = false, like_count = 0, created_at = now, version = now, rank = RANK.add }
 end
 
 local function client_of(row)

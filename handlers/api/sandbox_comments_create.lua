@@ -79,8 +79,9 @@ return function(req, ctx)
       end
       return {}
     end)
-    created = comments.apply(observations)
-    comments.announce(created)
+    local changed
+    created, changed = comments.apply(observations)
+    comments.announce(created, changed)
   end)
   assert(created[1], "the sandbox comment was not created")
   return 201, comments.present(created[1])

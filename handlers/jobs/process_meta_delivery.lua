@@ -30,8 +30,8 @@ return function(payload)
     if not rows[1] then return end
     local delivery = json.decode(rows[1].body)
     local observations, skipped = meta_webhooks.normalize(delivery, account_lookup())
-    local created = comments.apply(observations)
-    comments.announce(created)
+    local created, changed = comments.apply(observations)
+    comments.announce(created, changed)
     -- A delivery skipped as a whole (not a page or instagram object) keeps why.
     local whole = skipped[1] and skipped[1].entry == nil and skipped[1].reason or nil
     if #skipped > 0 then

@@ -83,7 +83,7 @@ M.delete = graph.delete_comment
 local FETCH_FIELDS = "id,message,from{id,name},created_time,like_count,is_hidden,parent{id}"
 
 -- One page of every comment on the post, replies included (filter=stream),
--- oldest first. ctx: account, target.platform_post_id, version.
+-- oldest first. ctx: account, target.platform_post_id, version, rank.
 -- Returns { observations, cursor (nil on the last page), usage } or nil, err, usage.
 function M.fetch_comments(ctx, cursor)
   local page = ctx.account.platform_account_id

@@ -228,10 +228,10 @@ function M.max_usage(a, b)
 end
 
 -- An observation for comments.apply of a comment an adapter fetched for
--- ctx (account, target.platform_post_id, version); fields: the comment's own.
+-- ctx (account, target.platform_post_id, version, rank); fields: the comment's own.
 function M.observation(ctx, fields)
   local o = { social_account_id = ctx.account.id, platform = ctx.account.platform,
-    platform_post_id = ctx.target.platform_post_id, version = ctx.version }
+    platform_post_id = ctx.target.platform_post_id, version = ctx.version, rank = ctx.rank }
   for k, v in pairs(fields) do o[k] = v end
   o.platform_comment_id = tostring(o.platform_comment_id)
   return o

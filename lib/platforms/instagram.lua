@@ -175,7 +175,8 @@ local function observe(ctx, c, parent)
   })
 end
 
--- Replies beyond those Meta embeds in a comment, page by page.
+-- Replies beyond those Meta embeds in a comment, page by page. The fourth
+-- result says whether every reply was read (false: REPLY_PAGES ran out).
 local function more_replies(ctx, comment_id, cursor, out)
   local usage
   for _ = 1, REPLY_PAGES do
@@ -187,29 +188,31 @@ local function more_replies(ctx, comment_id, cursor, out)
     for _, r in ipairs(type(value.data) == "table" and value.data or {}) do out[#out + 1] = observe(ctx, r, comment_id) end
     cursor = graph.next_cursor(value)
   end
-  return true, nil, usage
+  return true, nil, usage, cursor == nil
 end
 
 -- One page of top-level comments with their replies. ctx: account,
--- target.platform_post_id, version. Returns { observations, cursor, usage }
--- or nil, err, usage.
+-- target.platform_post_id, version, rank. Returns { observations, cursor,
+-- usage, partial } or nil, err, usage; partial: some comment had more
+-- replies than one fetch reads, so the page does not list all it covers.
 function M.fetch_comments(ctx, cursor)
   local value, err, _, headers = graph.call("GET", ctx.target.platform_post_id .. "/comments",
     { fields = FETCH_FIELDS, limit = 50, after = cursor }, ctx.account.access_token)
   local usage = graph.usage(headers)
   if not value then return nil, err, usage end
-  local observations = {}
+  local observations, partial = {}, false
   for _, c in ipairs(type(value.data) == "table" and value.data or {}) do
     observations[#observations + 1] = observe(ctx, c)
     local replies = type(c.replies) == "table" and c.replies or {}
     for _, r in ipairs(type(replies.data) == "table" and replies.data or {}) do
       observations[#observations + 1] = observe(ctx, r, c.id)
     end
-    local ok, rerr, rusage = more_replies(ctx, c.id, graph.next_cursor(replies), observations)
+    local ok, rerr, rusage, whole = more_replies(ctx, c.id, graph.next_cursor(replies), observations)
     usage = graph.max_usage(usage, rusage)
     if not ok then return nil, rerr, usage end
+    partial = partial or not whole
   end
-  return { observations = observations, cursor = graph.next_cursor(value), usage = usage }
+  return { observations = observations, cursor = graph.next_cursor(value), usage = usage, partial = partial }
 end
 
 return M

@@ -1,6 +1,8 @@
 -- Comments against the real stack: Meta's verification handshake, signed
 -- deliveries (bad signatures, redelivery, reordering of add, edit, remove,
--- hide and unhide), Instagram comments, posts we did not publish, listing
+-- hide and unhide; an add and its edit dated the same second, in either
+-- order, redelivered, split across two instances), Instagram comments, posts
+-- we did not publish, listing
 -- with cursors while comments arrive, tenancy, the sandbox comments tool,
 -- and large batches.
 local stack = require "stack"
@@ -75,11 +77,11 @@ describe("comments", function()
   local function sql(q) return stack.psql(sgw.database_url, q) end
   local function count(q) return tonumber(sql(q)) end
 
-  local function deliver(delivery, headers)
+  local function deliver(delivery, headers, instance)
     local body = type(delivery) == "string" and delivery or assert(cjson.encode(delivery))
     local h = { ["Content-Type"] = "application/json", ["X-Hub-Signature-256"] = signature(body) }
     for k, v in pairs(headers or {}) do h[k] = v or nil end
-    return sgw:request("POST", "/webhooks/meta", { body = body, headers = h })
+    return (instance or sgw):request("POST", "/webhooks/meta", { body = body, headers = h })
   end
 
   local function processed()
@@ -277,8 +279,11 @@ describe("comments", function()
       assert.are.equal("after the edit", get_comment(id).text)
       ingest(page({ fb_change("edited", id, T0 + 30, { message = "latest" }) }))
       assert.are.equal("latest", get_comment(id).text)
-      assert.are.equal(1, count("SELECT count(*) FROM events WHERE data->'comment'->>'id' = '" .. c.id .. "'"),
-        "one social.comment.received, when the row was created; none for later changes")
+      assert.are.equal(1, count("SELECT count(*) FROM events WHERE type = 'social.comment.received' "
+        .. "AND data->'comment'->>'id' = '" .. c.id .. "'"), "one social.comment.received, when the row was created")
+      -- The add filled in, the stale edit changed nothing: one update, the latest.
+      assert.are.equal("latest", sql("SELECT string_agg(data->'comment'->>'text', ',') FROM events "
+        .. "WHERE type = 'social.comment.updated' AND data->'comment'->>'id' = '" .. c.id .. "'"))
     end)
 
     it("keeps a removal that arrived before its add", function()
@@ -533,6 +538,92 @@ describe("comments", function()
       assert.are.equal("sandbox_only", body.code)
     end)
   end)
+  describe("same-second changes", function()
+    local second
+
+    setup(function()
+      second = stack.start_sgw { name = "comments-second", database_url = sgw.database_url, migrate = false,
+        set = settings() }
+    end)
+
+    -- The faults below need the only instance to be the one they start.
+    teardown(function() assert(second:stop()) end)
+
+    local function to(instance, body)
+      local status, answer = deliver(body, nil, instance)
+      assert.are.equal(200, status, answer)
+    end
+
+    local function events_of(id, type)
+      return count("SELECT count(*) FROM events WHERE type = '" .. type .. "' AND data->'comment'->>'id' = '" .. id .. "'")
+    end
+
+    -- The text the client last heard of for a comment.
+    local function last_heard(id)
+      return sql("SELECT data->'comment'->>'text' FROM events WHERE data->'comment'->>'id' = '" .. id
+        .. "' ORDER BY created_at DESC, id DESC LIMIT 1")
+    end
+
+    it("keeps an edit dated the same second as its add, in either order, redelivered, across two instances", function()
+      for _, edit_first in ipairs { false, true } do
+        local id, t = fb_comment_id(), T0 + 800 + seq
+        local add = cjson.encode(page({ fb_change("add", id, t, { message = "first words" }) }))
+        local edit = cjson.encode(page({ fb_change("edited", id, t, { message = "second thoughts" }) }))
+        local first, later = add, edit
+        if edit_first then first, later = edit, add end
+        to(sgw, first)
+        processed()
+        to(second, later)
+        processed()
+        -- Meta redelivers both, to either instance, in the other order.
+        to(sgw, later)
+        to(second, first)
+        to(second, later)
+        processed()
+        local c = get_comment(id)
+        assert.are.equal("second thoughts", c.text, edit_first and "edit first" or "add first")
+        assert.are.equal(iso(t), c.createdAt)
+        assert.are.equal("Ann Example", c.author.name)
+        assert.are.equal(1, count("SELECT count(*) FROM comments WHERE platform_comment_id = '" .. id .. "'"))
+        assert.are.equal(1, events_of(c.id, "social.comment.received"))
+        -- Received as edited when the edit came first; else received, then updated once.
+        assert.are.equal(edit_first and 0 or 1, events_of(c.id, "social.comment.updated"))
+        assert.are.equal("second thoughts", last_heard(c.id))
+      end
+    end)
+
+    it("ends with the edit when the add and the edit reach two instances at once", function()
+      for i = 1, 6 do
+        local id, t = fb_comment_id(), T0 + 900 + seq
+        local add = cjson.encode(page({ fb_change("add", id, t, { message = "quick" }) }))
+        local edit = cjson.encode(page({ fb_change("edited", id, t, { message = "quicker" }) }))
+        -- Both stored before either is processed, by two instances whose
+        -- workers race to apply them.
+        if i % 2 == 0 then add, edit = edit, add end
+        to(sgw, add)
+        to(second, edit)
+        to(second, add)
+        processed()
+        local c = get_comment(id)
+        assert.are.equal("quicker", c.text, "round " .. i)
+        assert.are.equal(1, events_of(c.id, "social.comment.received"))
+        assert.is_true(events_of(c.id, "social.comment.updated") <= 1)
+        assert.are.equal("quicker", last_heard(c.id))
+      end
+    end)
+
+    it("keeps a removal dated the same second as the add and the edit", function()
+      local id, t = fb_comment_id(), T0 + 1000 + seq
+      ingest(page({ fb_change("remove", id, t, { from = cjson.null }) }))
+      ingest(page({ fb_change("edited", id, t, { message = "last words" }) }))
+      ingest(page({ fb_change("add", id, t, { message = "words" }) }))
+      local c = get_comment(id)
+      assert.is_true(c.isDeleted)
+      assert.are.equal("last words", c.text)
+      assert.are.equal(iso(t), c.createdAt)
+    end)
+  end)
+
   describe("faults", function()
     it("keeps a delivery acknowledged just before sgw died, and stores each comment and event once", function()
       local database_url = sgw.database_url

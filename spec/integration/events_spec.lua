@@ -6,8 +6,7 @@
 -- new secret.
 local stack = require "stack"
 local cjson = require "cjson.safe"
-
-local q = stack.shell_quote
+local receiver = require "receiver"
 
 local SETTINGS = {
   ["crypto.encryption_key"] = stack.ENCRYPTION_KEY,
@@ -31,37 +30,7 @@ local cli = stack.cli
 
 -- ------------------------------------------------------------ receivers
 
-local receivers = {}
-
-local function start_receiver()
-  local port = stack.free_port()
-  local logs = stack.build_dir() .. "/test-logs"
-  os.execute("mkdir -p " .. q(logs))
-  -- $PPID is this Lua process: the receiver exits once it is gone.
-  local code, out = stack.sh("python3 " .. q(stack.repo_root() .. "/spec/support/webhook_receiver.py")
-    .. " --port " .. port .. " --owner $PPID >> " .. q(logs .. "/webhook-receiver-" .. port .. ".log")
-    .. " 2>&1 < /dev/null & echo $!")
-  assert(code == 0, out)
-  local r = { pid = tonumber(out:match("%d+")), url = "http://127.0.0.1:" .. port }
-  r.hook = r.url .. "/hook"
-  receivers[#receivers + 1] = r
-  function r.config(t)
-    local status = stack.json("POST", r.url .. "/_control/config", { body = t })
-    assert(status == 200, "receiver config failed")
-  end
-  function r.deliveries()
-    local _, body = stack.json("GET", r.url .. "/_control/deliveries")
-    return body.data
-  end
-  stack.eventually(function() return stack.request("GET", r.url .. "/_control/health", { timeout = 1 }) == 200 end,
-    10, 0.05, "webhook receiver to start")
-  return r
-end
-
-local function stop_receivers()
-  for _, r in ipairs(receivers) do os.execute("kill " .. r.pid .. " 2>/dev/null") end
-  receivers = {}
-end
+local start_receiver, stop_receivers = receiver.start, receiver.stop_all
 
 -- ------------------------------------------------------------ the spec
 

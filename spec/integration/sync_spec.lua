@@ -4,6 +4,10 @@
 -- embeds too; webhooks and sync racing never make a comment twice; high
 -- usage makes a run stop early and the next one goes on; a failing account
 -- leaves the others alone; old posts are left out; the timer runs it.
+-- Reconciliation: what the platform changed without a webhook (Instagram
+-- sends none for edits, hides and deletions) is applied with a
+-- social.comment.updated each; a comment gone from a complete pass is
+-- deleted, never after an interrupted pass, never one stored during the pass.
 local stack = require "stack"
 local cjson = require "cjson.safe"
 local comment_stack = require "comment_stack"
@@ -12,7 +16,8 @@ describe("comment sync", function()
   local env, fake
 
   setup(function()
-    env = comment_stack.start({ name = "sync" })
+    -- No grace: a comment stored before a run counts as known to its listing.
+    env = comment_stack.start({ name = "sync", set = { ["sync.deletion_grace_seconds"] = 0 } })
     fake = env.fake
   end)
 
@@ -40,6 +45,12 @@ describe("comment sync", function()
 
   local function graph_gets(path)
     return #fake.requests({ method = "GET", path = path })
+  end
+
+  -- social.comment.updated events stored for a comment (no waiting).
+  local function updates(comment_id)
+    return env.count("SELECT count(*) FROM events WHERE type = 'social.comment.updated' AND "
+      .. "data->'comment'->>'id' = '" .. comment_id .. "'")
   end
 
   describe("one Page", function()
@@ -123,6 +134,43 @@ describe("comment sync", function()
       assert.is_true(got.isHidden)
     end)
 
+    it("finds a comment deleted without a webhook deleted, and leaves the others", function()
+      local gone = missed(t, { post_id = target.platformPostId, message = "Deleted quietly" })
+      local stays = missed(t, { post_id = target.platformPostId, message = "Still here" })
+      sync()
+      local gone_id, stays_id = t.comment(post, gone.id, 1).id, t.comment(post, stays.id, 1).id
+      local before = t.get(stays_id)
+      fake.control("POST", "comments/" .. gone.id .. "/remove", { deliver = false })
+      sync()
+      local got = t.get(gone_id)
+      assert.is_true(got.isDeleted)
+      assert.are.equal("Deleted quietly", got.text, "the text stays")
+      assert.are.same(before, t.get(stays_id))
+      assert.are.equal(1, updates(gone_id))
+      assert.are.equal(0, updates(stays_id))
+      sync()
+      assert.are.equal(1, updates(gone_id), "a deletion is announced once")
+    end)
+
+    it("does not delete a comment stored while the pass was reading", function()
+      local quiet_post, quiet = t.publish_text("A post read slowly")
+      local listing = "/" .. quiet.platformPostId .. "/comments"
+      -- The listing is read at once and answered 1.5 s later; meanwhile a
+      -- comment is made and its webhook lands: the listing cannot show it.
+      fake.fail({ match = { method = "GET", path = listing }, count = 1, kind = "late_answer", delay_ms = 1500 })
+      local seen = graph_gets(listing)
+      local job = env.start_job("sync_comments")
+      stack.eventually(function() return graph_gets(listing) > seen end, 10, 0.01, "the sync to read the comments")
+      local made = t.fake_comment({ post_id = quiet.platformPostId, message = "Made during the pass",
+        from = { id = "4000", name = "Timely" } })
+      assert.are.equal(200, made.delivery.status)
+      env.deliveries_processed()
+      env.wait_job(job)
+      local c = t.comment(quiet_post, made.comment.id, 1)
+      assert.is_false(c.isDeleted)
+      assert.are.equal(0, updates(c.id))
+    end)
+
     it("stops an account above 80 % of its usage and goes on at the next run", function()
       local comments = {}
       for i = 1, 3 do
@@ -202,6 +250,79 @@ describe("comment sync", function()
       assert.are.equal(r.message, c.text)
     end
     assert.is_true(graph_gets("/" .. top.id .. "/replies") >= 1, "the replies past the embedded ones were read")
+  end)
+
+  it("applies what Instagram never announces: deletions, hides, unhides and edits", function()
+    local t = comment_stack.live_tenant(env, "IG Reconcile Co")
+    local receiver = t.listen()
+    local post, target = t.publish_image("Reconciled IG post")
+    local n = 0
+    local function ig(text, parent)
+      n = n + 1
+      return missed(t, { media_id = target.platformPostId, text = text, parent_id = parent and parent.id,
+        from = { id = "178415000000000" .. n, username = "user" .. n } })
+    end
+    local gone = ig("Soon deleted")
+    local c = { gone = gone, reply = ig("Goes with its thread", gone), hidden = ig("Soon hidden"),
+      shown = ig("Hidden, then shown"), edited = ig("Before the edit"), calm = ig("Nothing happens to me") }
+    fake.control("POST", "comments/" .. c.shown.id .. "/hide", {})
+    sync()
+    local id = {}
+    for k, made in pairs(c) do id[k] = t.comment(post, made.id, 1).id end
+    assert.is_true(t.get(id.shown).isHidden)
+    local calm = t.get(id.calm)
+    -- On the platform, without a word to sgw:
+    for verb, made in pairs { remove = c.gone, hide = c.hidden, unhide = c.shown } do
+      assert.are.equal(cjson.null, fake.control("POST", "comments/" .. made.id .. "/" .. verb, {}).delivery)
+    end
+    assert.are.equal(cjson.null, fake.control("POST", "comments/" .. c.edited.id .. "/edit",
+      { message = "After the edit" }).delivery)
+    sync()
+    assert.is_true(t.get(id.gone).isDeleted)
+    assert.is_true(t.get(id.reply).isDeleted, "a reply goes with its deleted comment")
+    assert.is_true(t.get(id.hidden).isHidden)
+    assert.is_false(t.get(id.shown).isHidden)
+    assert.are.equal("After the edit", t.get(id.edited).text)
+    assert.are.same(calm, t.get(id.calm))
+    -- The client hears of each change once, with the comment as it now is.
+    local heard = stack.eventually(function()
+      local list = receiver.events("social.comment.updated")
+      if #list >= 5 then return list end
+    end, 30, 0.05, "five social.comment.updated events")
+    local by_id = {}
+    for _, e in ipairs(heard) do
+      assert.is_nil(by_id[e.data.comment.id], "one event per comment")
+      by_id[e.data.comment.id] = e.data.comment
+    end
+    for _, k in ipairs { "gone", "reply", "hidden", "shown", "edited" } do
+      assert.are.same(t.get(id[k]), by_id[id[k]], k)
+    end
+    assert.is_nil(by_id[id.calm])
+    sync()
+    for _, k in ipairs { "gone", "reply", "hidden", "shown", "edited", "calm" } do
+      assert.are.equal(k == "calm" and 0 or 1, updates(id[k]), k)
+    end
+  end)
+
+  it("concludes nothing from an interrupted pass", function()
+    local t = comment_stack.live_tenant(env, "IG Interrupted Co")
+    local post, target = t.publish_image("Interrupted IG post")
+    fake.config({ comment_replies_embedded = 1 })
+    local victim = missed(t, { media_id = target.platformPostId, text = "Deleted before the pass" })
+    local thread = missed(t, { media_id = target.platformPostId, text = "A thread" })
+    for i = 1, 2 do missed(t, { media_id = target.platformPostId, text = "Reply " .. i, parent_id = thread.id }) end
+    sync()
+    local victim_id = t.comment(post, victim.id, 1).id
+    fake.control("POST", "comments/" .. victim.id .. "/remove", {})
+    -- The replies beyond the embedded one cannot be read this time: the pass
+    -- stops before its end.
+    fake.fail({ match = { method = "GET", path = "/" .. thread.id .. "/replies" }, count = 1, preset = "transient" })
+    local reads = graph_gets("/" .. thread.id .. "/replies")
+    sync()
+    assert.are.equal(reads + 1, graph_gets("/" .. thread.id .. "/replies"), "the pass was interrupted")
+    assert.is_false(t.get(victim_id).isDeleted)
+    sync()
+    assert.is_true(t.get(victim_id).isDeleted, "the next complete pass concludes")
   end)
 
   it("goes on with the other accounts when one fails", function()

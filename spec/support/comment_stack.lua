@@ -5,6 +5,7 @@
 local stack = require "stack"
 local fake_graph = require "fake_graph"
 local cjson = require "cjson.safe"
+local receiver = require "receiver"
 
 local M = {}
 
@@ -27,6 +28,8 @@ function M.start(opts)
     ["jobs.poll_interval_ms"] = 100,
     ["jobs.lease_seconds"] = 3,
     ["sync.interval_seconds"] = 3600,
+    -- Clients' webhook receivers listen on 127.0.0.1.
+    ["webhooks.allow_private_targets"] = true,
   }
   for k, v in pairs(opts.set or {}) do set[k] = v end
   local sgw = stack.start_sgw { name = opts.name, set = set }
@@ -61,6 +64,7 @@ function M.start(opts)
 end
 
 function M.stop()
+  receiver.stop_all()
   stack.cleanup()
   fake_graph.stop_all()
 end
@@ -149,9 +153,10 @@ end
 --- account connected (t.page, t.fb, t.ig).
 function M.live_tenant(env, name)
   local company = stack.cli(env.sgw, { "company", "create", "--name", name }).companyId
-  local t = client(env, stack.cli(env.sgw, { "client", "create", "--company", company, "--environment", "live",
-    "--scopes", ALL_SCOPES }).apiKey)
-  t.company = company
+  local created = stack.cli(env.sgw, { "client", "create", "--company", company, "--environment", "live",
+    "--scopes", ALL_SCOPES })
+  local t = client(env, created.apiKey)
+  t.company, t.client_id = company, created.clientId
   t.page = env.fake.add_page({ name = name .. " page", instagram_business_account = { username = "ig_" .. math.random(1, 1e6) } })
   local function add(platform, id, display, username)
     local argv = { "account", "add", "--company", company, "--environment", "live", "--platform", platform,
@@ -171,6 +176,22 @@ function M.live_tenant(env, name)
   function t.publish_image(caption)
     return t.publish(t.ig, { type = "image", message = caption,
       imageUrl = (env.fake.asset("tiny.jpg"):gsub("^http:", "https:")) })
+  end
+  --- A webhook receiver for this client's events (spec/support/receiver.lua).
+  function t.listen()
+    local r = receiver.start()
+    local set = stack.cli(env.sgw, { "client", "set-webhook", "--client", t.client_id, "--url", r.hook })
+    r.config({ secret = set.webhookSecret })
+    --- The events of a type received so far, decoded, oldest first.
+    function r.events(type)
+      local out = {}
+      for _, d in ipairs(r.deliveries()) do
+        local e = cjson.decode(d.body)
+        if d.verified and e and e.type == type then out[#out + 1] = e end
+      end
+      return out
+    end
+    return r
   end
   --- A comment someone writes on the platform (POST /_fake/comments); the
   --- fake's answer {comment, delivery}.

@@ -30,13 +30,16 @@ Control API (JSON bodies; answers JSON; errors {"error":{"message",...}} with 4x
   POST   /_fake/tokens/expire          {"access_token","expired"?: true} -> 190/463 from then on
   POST   /_fake/failures               {"match"?:{"method"?,"path"?,"account"?}, "count"?:1,
                                         "kind"?: "error" | "timeout_after_commit" | "close_after_commit"
-                                                | "close" | "http" | "delay",
+                                                | "close" | "http" | "delay" | "late_answer",
                                         "preset"?: name in PRESETS,
                                         "error"?: {"code","subcode"?,"http"?,"message"?,"type"?,
                                                    "is_transient"?,"error_user_title"?,"error_user_msg"?,
                                                    "retry_after_minutes"?},
                                         "status"?, "body"?, "content_type"?   (kind http),
-                                        "delay_ms"?                           (delay, timeout_after_commit)}
+                                        "delay_ms"?                           (delay, timeout_after_commit,
+                                                                               late_answer)}
+                                       late_answer: the answer is made at once (a listing shows the
+                                       moment it was read) and sent delay_ms later
                                        path: "/{page}/feed", "/{ig}/media_publish", "/{container}",
                                        "/{media}", "/{post}", "/{photo}", "/*/feed", "/**", "/123/feed"
                                        ({x} placeholders match that kind of node only; * and {id} any)
@@ -266,7 +269,7 @@ PRESETS = {
     "policy": {"code": 368},
 }
 
-FAILURE_KINDS = {"error", "timeout_after_commit", "close_after_commit", "close", "http", "delay"}
+FAILURE_KINDS = {"error", "timeout_after_commit", "close_after_commit", "close", "http", "delay", "late_answer"}
 
 
 def fbtrace_id():
@@ -1313,8 +1316,8 @@ def c_add_failure(app, params, body):
     delay = body.get("delay_ms")
     if delay is not None and (not isinstance(delay, (int, float)) or isinstance(delay, bool) or delay < 0):
         raise ControlError("delay_ms must be a non-negative number")
-    if kind == "delay" and delay is None:
-        raise ControlError("a delay failure needs delay_ms")
+    if kind in ("delay", "late_answer") and delay is None:
+        raise ControlError("a %s failure needs delay_ms" % kind)
     s = app.store
     with s.lock:
         s.failure_seq += 1
@@ -1637,6 +1640,8 @@ class Handler(BaseHTTPRequestHandler):
             entry["outcome"] = "timeout_after_commit"
             delay = failure.get("delay_ms")
             time.sleep(float(delay if delay is not None else app.config["timeout_after_commit_ms"]) / 1000.0)
+        elif kind == "late_answer":
+            time.sleep(float(failure["delay_ms"]) / 1000.0)
         self.send(resp, headers)
 
     def log_request_entry(self, app, entry):

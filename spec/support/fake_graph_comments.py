@@ -31,7 +31,7 @@ Control API:
                                       "parent_id"?,"like_count"?,"deliver"?:true}
                                      -> {"comment":{...},"delivery":{"status","error"}|null}
   GET  /_fake/comments[?post_id=&media_id=&account=]   every comment, deleted ones included
-  POST /_fake/comments/{id}/edit     {"message","deliver"?}      Page comments: verb edited
+  POST /_fake/comments/{id}/edit     {"message","deliver"?}      verb edited (any comment)
   POST /_fake/comments/{id}/remove   {"deliver"?}                verb remove
   POST /_fake/comments/{id}/hide     {"deliver"?}                verb hide
   POST /_fake/comments/{id}/unhide   {"deliver"?}                verb unhide

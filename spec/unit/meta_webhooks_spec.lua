@@ -36,7 +36,7 @@ describe("meta_webhooks.normalize", function()
     assert.are.same({
       social_account_id = "acc_fb", platform = "facebook", platform_post_id = POST,
       platform_comment_id = "5550001_901", text = "Nice!", author_platform_id = "999", author_name = "Ann",
-      is_from_account = false, created_at = 1742667604, version = 1742667604,
+      is_from_account = false, created_at = 1742667604, version = 1742667604, rank = 1,
     }, o)
   end)
 
@@ -76,6 +76,20 @@ describe("meta_webhooks.normalize", function()
     assert.is_false(unhidden.is_hidden)
   end)
 
+  it("ranks the changes of one second: add, then edited, hide or unhide, then remove", function()
+    local function at(verb) return one(feed({ verb = verb, comment_id = "c2", created_time = 1742667700, message = "x" })) end
+    local add, edited, hide, unhide, remove = at("add"), at("edited"), at("hide"), at("unhide"), at("remove")
+    for _, o in ipairs { add, edited, hide, unhide, remove } do assert.are.equal(1742667700, o.version) end
+    assert.is_true(add.rank < edited.rank)
+    assert.are.equal(edited.rank, hide.rank)
+    assert.are.equal(hide.rank, unhide.rank)
+    assert.is_true(edited.rank < remove.rank)
+    -- The sync's observation of a fetch begun in that second ranks below all of them.
+    local version, rank = require("comment_versions").fetched(1742667701.0)
+    assert.are.equal(1742667700, version)
+    assert.is_true(rank < add.rank)
+  end)
+
   it("uses the entry time as the version when the change has no created_time", function()
     local o = one(feed({ verb = "hide", comment_id = "c1" }, { time = 1742669999 }))
     assert.are.equal(1742669999, o.version)
@@ -94,7 +108,7 @@ describe("meta_webhooks.normalize", function()
     assert.are.same({
       social_account_id = "acc_ig", platform = "instagram", platform_post_id = "17850000000000001",
       platform_comment_id = "17900000000000001", text = "Love it", author_platform_id = "178400001",
-      author_name = "ann", is_from_account = false, created_at = 1742667000, version = 1742667000,
+      author_name = "ann", is_from_account = false, created_at = 1742667000, version = 1742667000, rank = 1,
     }, obs[1])
     assert.are.equal("17900000000000001", obs[2].parent_platform_comment_id)
     assert.is_true(obs[2].is_from_account)
