@@ -11,6 +11,7 @@
 -- target keeps its cursor and goes on when its turn comes again.
 local comments = require "comments"
 local adapters = require "platforms.adapters"
+local token_health = require "token_health"
 
 local M = {}
 
@@ -71,6 +72,7 @@ local function sync_target(adapter, account, row, deadline_ms)
       log.warn("comment_sync_failed", { targetId = row.id, accountId = account.id, class = err.code,
         platformCode = err.platform_code, error = err.message })
       local target_only = TARGET_ERRORS[err.code]
+      if token_health.applies(err) then token_health.mark(account.id, err) end
       save(row.id, not target_only and cursor or nil, false, err.message)
       if usage.app > M.USAGE_LIMIT then return "app" end
       return not target_only and "account" or nil

@@ -13,6 +13,7 @@ local comments = require "comments"
 local operations = require "operations"
 local adapters = require "platforms.adapters"
 local graph_errors = require "platforms.graph_errors"
+local token_health = require "token_health"
 
 local M = {}
 
@@ -77,7 +78,7 @@ local LOAD_SQL = [[
          extract(epoch FROM o.created_at)::float8 AS requested_at,
          c.platform_comment_id, c.parent_platform_comment_id, c.platform_post_id,
          a.id AS account_id, a.platform, a.platform_account_id, a.access_token_enc, a.status AS account_status,
-         a.name, a.username
+         a.status_reason AS account_reason, a.name, a.username
     FROM operations o
     JOIN comments c ON c.id = o.resource_id
     JOIN social_accounts a ON a.id = c.social_account_id
@@ -178,6 +179,7 @@ local function fail(row, e)
     local op = assert(db.query("SELECT status FROM operations WHERE id = $1 FOR UPDATE", row.id))[1]
     if FINAL[op.status] then return end
     operations.finish(row.id, "failed", nil, { code = e.code, message = e.message, platformCode = e.platform_code or json.null })
+    if token_health.applies(e) then token_health.mark(row.account_id, e) end
   end)
 end
 
@@ -201,7 +203,9 @@ end
 function M.run(payload, attempts)
   local row = begin(payload.operationId)
   if not row then return nil end
-  if row.account_status ~= "active" then
+  if row.account_status == "reconnect_required" then
+    return fail(row, token_health.stored_error(row.account_reason))
+  elseif row.account_status ~= "active" then
     return fail(row, { code = "account_disconnected", message = "The social account was disconnected." })
   end
   local ctx, err = context(row, payload)
