@@ -6,8 +6,8 @@
 -- new secret.
 local stack = require "stack"
 local cjson = require "cjson.safe"
+local webhook_receivers = require "webhook_receivers"
 
-local q = stack.shell_quote
 
 local SETTINGS = {
   ["crypto.encryption_key"] = stack.ENCRYPTION_KEY,
@@ -29,39 +29,8 @@ end
 
 local cli = stack.cli
 
--- ------------------------------------------------------------ receivers
-
-local receivers = {}
-
-local function start_receiver()
-  local port = stack.free_port()
-  local logs = stack.build_dir() .. "/test-logs"
-  os.execute("mkdir -p " .. q(logs))
-  -- $PPID is this Lua process: the receiver exits once it is gone.
-  local code, out = stack.sh("python3 " .. q(stack.repo_root() .. "/spec/support/webhook_receiver.py")
-    .. " --port " .. port .. " --owner $PPID >> " .. q(logs .. "/webhook-receiver-" .. port .. ".log")
-    .. " 2>&1 < /dev/null & echo $!")
-  assert(code == 0, out)
-  local r = { pid = tonumber(out:match("%d+")), url = "http://127.0.0.1:" .. port }
-  r.hook = r.url .. "/hook"
-  receivers[#receivers + 1] = r
-  function r.config(t)
-    local status = stack.json("POST", r.url .. "/_control/config", { body = t })
-    assert(status == 200, "receiver config failed")
-  end
-  function r.deliveries()
-    local _, body = stack.json("GET", r.url .. "/_control/deliveries")
-    return body.data
-  end
-  stack.eventually(function() return stack.request("GET", r.url .. "/_control/health", { timeout = 1 }) == 200 end,
-    10, 0.05, "webhook receiver to start")
-  return r
-end
-
-local function stop_receivers()
-  for _, r in ipairs(receivers) do os.execute("kill " .. r.pid .. " 2>/dev/null") end
-  receivers = {}
-end
+local start_receiver = webhook_receivers.start
+local stop_receivers = webhook_receivers.stop_all
 
 -- ------------------------------------------------------------ the spec
 
