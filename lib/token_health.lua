@@ -14,10 +14,13 @@ local M = {}
 -- rather than the call.
 M.CLASSES = { token_expired = true, permission_missing = true }
 
--- Did Meta answer this error about the account's token? (A token sgw could
--- not decrypt is sgw's problem, not the account's: it has no platform code.)
+-- Did Meta answer this error about the account's token? Its platform code is
+-- Meta's number. A token sgw could not decrypt (no platform code) is sgw's
+-- problem, and the sandbox's simulated failures ("sandbox") fail the one
+-- attempt they were asked for: neither changes the account.
 function M.applies(err)
-  return type(err) == "table" and M.CLASSES[err.code] == true and err.platform_code ~= nil
+  return type(err) == "table" and M.CLASSES[err.code] == true and type(err.platform_code) == "string"
+    and err.platform_code:match("^%-?%d") ~= nil
 end
 
 -- The error a target or operation of a reconnect_required account fails with:
