@@ -48,6 +48,14 @@ local routes = {
     rate_limit = "meta.webhook_rate_limit_per_minute" },
   { method = "POST", path = "/webhooks/meta", handler = "webhooks/meta_receive", auth = false, raw_body = true,
     max_body = "meta.webhook_max_bytes", rate_limit = "meta.webhook_rate_limit_per_minute" },
+  -- Meta's required callbacks (a person removed the app, or asked for their
+  -- data to be deleted): a signed_request form field, checked by the handler.
+  { method = "POST", path = "/webhooks/meta/deauthorize", handler = "webhooks/meta_deauthorize", auth = false,
+    raw_body = true, max_body = 8192, rate_limit = "meta.webhook_rate_limit_per_minute" },
+  { method = "POST", path = "/webhooks/meta/data-deletion", handler = "webhooks/meta_data_deletion", auth = false,
+    raw_body = true, max_body = 8192, rate_limit = "meta.webhook_rate_limit_per_minute" },
+  -- The status page of a data deletion request: its code is the key.
+  { method = "GET", path = "/meta/deletion/{code}", handler = "meta/deletion_status", auth = false },
 
   -- Sandbox tools: test credentials only.
   { method = "POST", path = "/api/v1/sandbox/accounts", handler = "api/sandbox_accounts_create",

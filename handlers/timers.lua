@@ -5,4 +5,6 @@ return {
   { name = "idempotency.cleanup", every = 3600, job = "idempotency_cleanup" },
   -- Comments the Meta webhooks missed (lib/comment_sync.lua).
   { name = "comments.sync", every = "sync.interval_seconds", job = "sync_comments" },
+  -- Tokens Meta no longer honours, and their expiry dates (lib/token_check.lua).
+  { name = "meta.token_check", every = config.get("meta.token_check_interval_hours") * 3600, job = "check_tokens" },
 }

@@ -2,6 +2,7 @@
 -- environment.
 local json = require "json"
 local secrets = require "secrets"
+local events = require "events"
 
 local M = {}
 
@@ -80,6 +81,12 @@ function M.decrypt_token(row)
 end
 
 -- Connects an account; the platform token, when there is one, is encrypted.
+-- Connecting one again (same company, environment, platform and platform
+-- id) makes it active with the new token; what was known about the old token
+-- is forgotten, and connectedAt is the new connection's (a deauthorization
+-- Meta issued before it does not undo it). An account that was
+-- reconnect_required emits social.account.reconnected.
+-- opts.connected_by_fb_user: the Facebook user whose consent gave the token.
 function M.add(opts)
   local token_enc
   if opts.access_token then
@@ -88,17 +95,37 @@ function M.add(opts)
     if not token_enc then return nil, err end
   end
   local id = "acc_" .. crypto.random_token(24)
-  local rows, err, state = db.query([[INSERT INTO social_accounts
-      (id, company_id, environment, platform, platform_account_id, name, username, access_token_enc)
-      VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+  return db.transaction(function()
+    local rows, err, state = db.query([[WITH prev AS (
+        SELECT status FROM social_accounts
+         WHERE company_id = $2 AND environment = $3 AND platform = $4 AND platform_account_id = $5)
+      INSERT INTO social_accounts
+      (id, company_id, environment, platform, platform_account_id, name, username, access_token_enc, connected_by_fb_user)
+      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
       ON CONFLICT (company_id, environment, platform, platform_account_id) DO UPDATE
         SET name = EXCLUDED.name, username = EXCLUDED.username,
             access_token_enc = coalesce(EXCLUDED.access_token_enc, social_accounts.access_token_enc),
-            status = 'active', disconnected_at = NULL
-      RETURNING id]], id, opts.company_id, opts.environment, opts.platform, opts.platform_account_id,
-    opts.name, opts.username, token_enc)
-  if not rows then return nil, err, state end
-  return rows[1].id
+            status = 'active', disconnected_at = NULL, status_reason = NULL, status_since = NULL,
+            connected_at = CASE WHEN EXCLUDED.access_token_enc IS NULL AND social_accounts.status = 'active'
+                                THEN social_accounts.connected_at ELSE now() END,
+            token_expires_at = CASE WHEN EXCLUDED.access_token_enc IS NULL THEN social_accounts.token_expires_at END,
+            data_access_expires_at = CASE WHEN EXCLUDED.access_token_enc IS NULL
+                                          THEN social_accounts.data_access_expires_at END,
+            token_checked_at = CASE WHEN EXCLUDED.access_token_enc IS NULL THEN social_accounts.token_checked_at END,
+            data_access_warned_at = CASE WHEN EXCLUDED.access_token_enc IS NULL
+                                         THEN social_accounts.data_access_warned_at END,
+            connected_by_fb_user = coalesce(EXCLUDED.connected_by_fb_user, social_accounts.connected_by_fb_user)
+      RETURNING id, (SELECT status FROM prev) AS previous_status]], id, opts.company_id, opts.environment,
+      opts.platform, opts.platform_account_id, opts.name, opts.username, token_enc, opts.connected_by_fb_user)
+    if not rows then return nil, err, state end
+    local row = rows[1]
+    if row.previous_status == "reconnect_required" then
+      local account = assert(db.query("SELECT " .. COLUMNS .. " FROM social_accounts WHERE id = $1", row.id))[1]
+      events.emit_to_company(opts.company_id, opts.environment, "social.account.reconnected",
+        { account = M.present(account) })
+    end
+    return row.id
+  end)
 end
 
 return M

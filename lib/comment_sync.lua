@@ -19,6 +19,7 @@ local json = require "json"
 local comments = require "comments"
 local versions = require "comment_versions"
 local adapters = require "platforms.adapters"
+local token_health = require "token_health"
 
 local M = {}
 
@@ -102,6 +103,7 @@ local function sync_target(adapter, account, row, deadline_ms)
       log.warn("comment_sync_failed", { targetId = row.id, accountId = account.id, class = err.code,
         platformCode = err.platform_code, error = err.message })
       local target_only = TARGET_ERRORS[err.code]
+      if token_health.applies(err) then token_health.mark(account.id, err) end
       save(row.id, not target_only and cursor or nil, false, err.message)
       if usage.app > M.USAGE_LIMIT then return "app" end
       return not target_only and "account" or nil

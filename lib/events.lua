@@ -35,4 +35,18 @@ function M.emit_many(list)
   return ids
 end
 
+-- An event about a company's account (social.account.*) to every client of
+-- that company and environment with a webhook URL (CONTRACT 7). Must run
+-- inside the caller's transaction.
+function M.emit_to_company(company_id, environment, type, data)
+  local clients = assert(db.query([[SELECT id FROM api_clients
+      WHERE company_id = $1 AND environment = $2 AND webhook_url IS NOT NULL AND revoked_at IS NULL
+      ORDER BY id]], company_id, environment))
+  local list = {}
+  for i, c in ipairs(clients) do
+    list[i] = { client = { company_id = company_id, environment = environment, client_id = c.id }, type = type, data = data }
+  end
+  return M.emit_many(list)
+end
+
 return M

@@ -14,6 +14,7 @@ local operations = require "operations"
 local adapters = require "platforms.adapters"
 local graph_errors = require "platforms.graph_errors"
 local RANK = require("comment_versions").RANK
+local token_health = require "token_health"
 
 local M = {}
 
@@ -78,7 +79,7 @@ local LOAD_SQL = [[
          extract(epoch FROM o.created_at)::float8 AS requested_at,
          c.platform_comment_id, c.parent_platform_comment_id, c.platform_post_id,
          a.id AS account_id, a.platform, a.platform_account_id, a.access_token_enc, a.status AS account_status,
-         a.name, a.username
+         a.status_reason AS account_reason, a.name, a.username
     FROM operations o
     JOIN comments c ON c.id = o.resource_id
     JOIN social_accounts a ON a.id = c.social_account_id
@@ -181,6 +182,7 @@ local function fail(row, e)
     if FINAL[op.status] then return end
     operations.finish(row.id, "failed", nil, { code = e.code, message = e.message, platformCode = e.platform_code or json.null,
       platform = graph_errors.public_detail(e) })
+    if token_health.applies(e) then token_health.mark(row.account_id, e) end
   end)
 end
 
@@ -204,7 +206,9 @@ end
 function M.run(payload, attempts)
   local row = begin(payload.operationId)
   if not row then return nil end
-  if row.account_status ~= "active" then
+  if row.account_status == "reconnect_required" then
+    return fail(row, token_health.stored_error(row.account_reason))
+  elseif row.account_status ~= "active" then
     return fail(row, { code = "account_disconnected", message = "The social account was disconnected." })
   end
   local ctx, err = context(row, payload)

@@ -23,6 +23,7 @@ local titles = {
   validation_failed = "Validation failed",
   invalid_image = "Invalid image",
   cannot_hide_own_comment = "Cannot hide own comment",
+  invalid_signed_request = "Invalid signed request",
   idempotency_key_reused = "Idempotency-Key reused",
   rate_limited = "Too many requests",
   internal_error = "Internal error",

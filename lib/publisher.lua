@@ -6,6 +6,7 @@ local posts = require "posts"
 local adapters = require "platforms.adapters"
 local retry = require "retry"
 local graph_errors = require "platforms.graph_errors"
+local token_health = require "token_health"
 
 local M = {}
 
@@ -15,13 +16,13 @@ local LOAD_SQL = [[
          extract(epoch FROM t.next_attempt_at)::float8 AS next_attempt_at,
          p.content, p.image, p.status AS post_status,
          a.id AS account_id, a.platform, a.platform_account_id, a.access_token_enc, a.environment,
-         a.status AS account_status, a.company_id
+         a.status AS account_status, a.status_reason AS account_reason, a.company_id
     FROM post_targets t JOIN posts p ON p.id = t.post_id JOIN social_accounts a ON a.id = t.social_account_id
    WHERE t.id = $1 FOR UPDATE OF t]]
 
-local function fail_now(target_id, post_id, code, message)
+local function fail_now(target_id, post_id, code, message, platform_code)
   assert(db.exec([[UPDATE post_targets SET status = 'failed', error = $2, next_attempt_at = NULL, updated_at = now()
-      WHERE id = $1]], target_id, json.encode({ code = code, message = message, retryable = false })))
+      WHERE id = $1]], target_id, json.encode({ code = code, message = message, retryable = false, platformCode = platform_code })))
   posts.settle(post_id)
 end
 
@@ -37,7 +38,13 @@ local function begin(target_id)
       row = nil
       return
     end
-    if row.account_status ~= "active" then
+    if row.account_status == "reconnect_required" then
+      -- No call to Meta: the token is known to be unusable until reconnected.
+      local e = token_health.stored_error(row.account_reason)
+      fail_now(row.id, row.post_id, e.code, e.message, e.platform_code)
+      row = nil
+      return
+    elseif row.account_status ~= "active" then
       fail_now(row.id, row.post_id, "account_disconnected", "The social account was disconnected.")
       row = nil
       return
@@ -109,6 +116,7 @@ local function record(row, outcome)
       else
         assert(db.exec([[UPDATE post_targets SET status = 'failed', error = $2, next_attempt_at = NULL,
             updated_at = now() WHERE id = $1]], row.id, stored))
+        if token_health.applies(e) then token_health.mark(row.account_id, e) end
       end
     end
     posts.settle(row.post_id)

@@ -1,15 +1,22 @@
 -- sgw account add --company ID --environment live|test --platform facebook|instagram
---   --platform-account-id ID --name N [--username U] --access-token T  ->  {"accountId"}
+--   --platform-account-id ID --name N [--username U] --access-token T
+--   [--facebook-user-id ID]  ->  {"accountId"}
+-- --facebook-user-id: the Facebook user whose consent gave the token (Meta's
+-- deauthorize and data-deletion callbacks find the account by it). Without
+-- it, a live account asks Meta's debug_token when the Meta app is set, best
+-- effort: a token Meta does not describe leaves it unknown.
 local cli = require "cli"
 local accounts = require "accounts"
+local token_check = require "token_check"
 
-local usage = [[usage: sgw account add --company ID --environment live|test --platform facebook|instagram
-         --platform-account-id ID --name NAME [--username U] --access-token TOKEN]]
+local usage = [=[usage: sgw account add --company ID --environment live|test --platform facebook|instagram
+         --platform-account-id ID --name NAME [--username U] --access-token TOKEN
+         [--facebook-user-id ID]]=]
 
 return function(args)
   local pos, flags = cli.parse(args, {
     company = true, environment = true, platform = true, ["platform-account-id"] = true,
-    name = true, username = true, ["access-token"] = true,
+    name = true, username = true, ["access-token"] = true, ["facebook-user-id"] = true,
   })
   if not pos then return cli.fail(flags .. "\n" .. usage, 2) end
   if pos[1] ~= "add" or #pos ~= 1 then return cli.fail(usage, 2) end
@@ -22,14 +29,22 @@ return function(args)
     return cli.fail("--platform-account-id must be the platform's id (letters, digits, _ . -)", 2)
   end
   if #flags.name > 200 then return cli.fail("--name is longer than 200 characters", 2) end
+  local fb_user = flags["facebook-user-id"]
+  if fb_user and not (fb_user:match("^%d+$") and #fb_user <= 64) then
+    return cli.fail("--facebook-user-id must be the user's numeric id", 2)
+  end
   local ok, err = cli.need_database()
   if not ok then return cli.fail(err) end
   local rows = assert(db.query("SELECT id FROM companies WHERE id = $1", flags.company))
   if not rows[1] then return cli.fail("no company " .. flags.company) end
+  if not fb_user and flags.environment == "live" and token_check.app_token() then
+    local asked, data = pcall(token_check.debug_token, flags["access-token"])
+    fb_user = asked and data and data.is_valid ~= false and type(data.user_id) == "string" and data.user_id or nil
+  end
   local id, aerr = accounts.add({
     company_id = flags.company, environment = flags.environment, platform = flags.platform,
     platform_account_id = flags["platform-account-id"], name = flags.name, username = flags.username,
-    access_token = flags["access-token"],
+    access_token = flags["access-token"], connected_by_fb_user = fb_user,
   })
   if not id then return cli.fail("could not add the account: " .. aerr) end
   return cli.ok({ accountId = id })

@@ -34,6 +34,8 @@ return web.page(function(w)
       "Facebook gave access to no Page. Connect again and, in the Facebook dialog, select the Pages you manage "
       .. "(and their Instagram accounts) that should publish through sgw.", BACK, BACK_LABEL)
   end
+  local fb_user = facebook.user_id(token)
+  for _, p in ipairs(pages) do p.fb_user = fb_user end
   local held, herr = facebook.hold(q.state, pages)
   if not held then
     log.error("workspace_facebook_hold_failed", { error = herr })

@@ -6,13 +6,19 @@ local facebook = require "workspace.facebook"
 local M = {}
 
 local PLATFORMS = { facebook = "Facebook Page", instagram = "Instagram" }
+local REASONS = { token_expired = "Facebook no longer accepts this account's access token.",
+  permission_missing = "A permission sgw needs was removed on Facebook." }
 
-local COLUMNS = "id, platform, name, username, environment, status, "
+local COLUMNS = "id, platform, name, username, environment, status, status_reason, "
   .. web.when("connected_at", "connected_at") .. ", " .. web.when("disconnected_at", "disconnected_at")
 
 local function present(row)
   row.platform_label = PLATFORMS[row.platform]
   row.active = row.status == "active"
+  row.connected = row.active or row.status == "reconnect_required"
+  -- Meta's own words too: they often say what happened (password changed, app removed).
+  local reason = row.status == "reconnect_required" and type(row.status_reason) == "table" and row.status_reason
+  row.reconnect = reason and { why = REASONS[reason.code] or reason.code, meta = reason.message } or nil
   -- Instagram accounts are named by their username: no need to say it twice.
   row.handle = row.username ~= row.name and row.username or nil
   return row
@@ -21,7 +27,7 @@ end
 function M.list(company_id, environment)
   local rows = web.rows("SELECT " .. COLUMNS .. [[ FROM social_accounts
       WHERE company_id = $1 AND environment = $2
-      ORDER BY status = 'active' DESC, connected_at DESC, id]], company_id, environment)
+      ORDER BY status = 'disconnected', connected_at DESC, id]], company_id, environment)
   for _, row in ipairs(rows) do present(row) end
   return rows
 end
@@ -38,7 +44,7 @@ end
 -- (account_disconnected); posts and their history stay.
 function M.disconnect(company_id, id)
   assert(db.exec([[UPDATE social_accounts SET status = 'disconnected', disconnected_at = now()
-      WHERE id = $1 AND company_id = $2 AND status = 'active']], id, company_id))
+      WHERE id = $1 AND company_id = $2 AND status IN ('active', 'reconnect_required')]], id, company_id))
 end
 
 function M.environment(value)

@@ -102,6 +102,13 @@ local function valid_id(id)
   return type(id) == "string" and #id <= 64 and id:match("^%d+$") ~= nil
 end
 
+-- The person's app-scoped Facebook user id (GET /me), or nil: Meta's
+-- deauthorize and data-deletion callbacks name them by it.
+function M.user_id(user_token)
+  local me = graph.call("GET", "me", { fields = "id" }, user_token)
+  return me and valid_id(me.id) and me.id or nil
+end
+
 -- The Pages the user token manages: {id, name, token, tasks, instagram =
 -- {id, username} or nil}, or nil and the Graph error.
 function M.pages(user_token)
@@ -172,16 +179,17 @@ end
 -- the company. Returns how many.
 function M.connect(company_id, pages, ticked)
   local n = 0
-  local function add(platform, id, name, username, token)
+  local function add(platform, id, name, username, p)
     assert(accounts.add({ company_id = company_id, environment = "live", platform = platform,
-      platform_account_id = id, name = name, username = username, access_token = token }))
+      platform_account_id = id, name = name, username = username, access_token = p.token,
+      connected_by_fb_user = p.fb_user }))
     n = n + 1
   end
   for _, p in ipairs(pages) do
-    if ticked["page:" .. p.id] then add("facebook", p.id, p.name, nil, p.token) end
+    if ticked["page:" .. p.id] then add("facebook", p.id, p.name, nil, p) end
     -- Instagram's content publishing API acts with the token of the Page the account is linked to.
     local ig = p.instagram
-    if ig and ticked["ig:" .. ig.id] then add("instagram", ig.id, ig.username, ig.username, p.token) end
+    if ig and ticked["ig:" .. ig.id] then add("instagram", ig.id, ig.username, ig.username, p) end
   end
   return n
 end

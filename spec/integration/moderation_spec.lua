@@ -389,6 +389,9 @@ describe("moderation", function()
       _, body = t.api("POST", "/api/v1/comments/" .. c.id .. "/unhide")
       local op = t.wait(body.operationId)
       fake.expire_token(t.page.access_token, false)
+      -- The refused token made the account reconnect_required: connect it again.
+      stack.cli(env.sgw, { "account", "add", "--company", t.company, "--environment", "live", "--platform", "facebook",
+        "--platform-account-id", t.page.id, "--name", t.page.name, "--access-token", t.page.access_token })
       assert.are.equal("failed", op.status)
       assert.are.equal("token_expired", op.error.code)
       assert.matches("^190", op.error.platformCode)

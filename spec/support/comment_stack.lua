@@ -150,8 +150,9 @@ function M.test_tenant(env, name)
 end
 
 --- A live client of a new company with a fake Page and its Instagram
---- account connected (t.page, t.fb, t.ig).
-function M.live_tenant(env, name)
+--- account connected (t.page, t.fb, t.ig). opts.facebook_user_id: the
+--- connecting Facebook user (sgw account add --facebook-user-id).
+function M.live_tenant(env, name, opts)
   local company = stack.cli(env.sgw, { "company", "create", "--name", name }).companyId
   local created = stack.cli(env.sgw, { "client", "create", "--company", company, "--environment", "live",
     "--scopes", ALL_SCOPES })
@@ -161,6 +162,10 @@ function M.live_tenant(env, name)
   local function add(platform, id, display, username)
     local argv = { "account", "add", "--company", company, "--environment", "live", "--platform", platform,
       "--platform-account-id", id, "--name", display, "--access-token", t.page.access_token }
+    if opts and opts.facebook_user_id then
+      argv[#argv + 1] = "--facebook-user-id"
+      argv[#argv + 1] = opts.facebook_user_id
+    end
     if username then
       argv[#argv + 1] = "--username"
       argv[#argv + 1] = username

@@ -168,6 +168,27 @@ function Fake:expire_token(token, expired)
   return self:control("POST", "tokens/expire", { access_token = token, expired = expired ~= false })
 end
 
+--- Takes a permission from a Page token (calls needing it answer code, 200
+--- by default, or 10); revoke_permission(tok, p, code, false) gives it back.
+function Fake:revoke_permission(token, permission, code, revoked)
+  return self:control("POST", "tokens/revoke", { access_token = token, permission = permission, code = code,
+    revoked = revoked ~= false })
+end
+
+--- Sets a Page token's expires_at / data_access_expires_at (unix seconds, 0 =
+--- never) or user_id (fake_graph_tokens.py); returns its debug_token data.
+function Fake:update_token(token, t)
+  local body = { access_token = token }
+  for k, v in pairs(t) do body[k] = v end
+  return self:control("POST", "tokens/update", body)
+end
+
+--- A signed_request as Meta makes it (fake_graph_tokens.py): t.user_id,
+--- issued_at, algorithm, secret (default: the fake app's), payload (raw JSON).
+function Fake:signed_request(t)
+  return self:control("POST", "signed_request", t).signed_request
+end
+
 --- Scripts a failure (see fake_graph.py, POST /_fake/failures); returns it with its id.
 function Fake:fail(spec)
   return self:control("POST", "failures", spec)

@@ -1661,6 +1661,7 @@ class Server(ThreadingHTTPServer):
 
 import fake_graph_comments; fake_graph_comments.install(sys.modules[__name__])  # noqa: E402,E702 comments, Meta webhooks
 import fake_graph_oauth; fake_graph_oauth.install(sys.modules[__name__])  # noqa: E402,E702 Facebook Login: dialog, tokens, /me
+import fake_graph_tokens; fake_graph_tokens.install(sys.modules[__name__])  # noqa: E402,E702 debug_token, permissions, signed_request (last)
 
 
 def main(argv=None):

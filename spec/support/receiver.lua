@@ -1,7 +1,8 @@
--- spec/support/receiver.lua — clients' webhook receivers for the specs
+-- spec/support/receiver.lua — client webhook receivers for the specs
 -- (spec/support/webhook_receiver.py, which checks Standard Webhooks
--- signatures with its own code).
+-- signatures with its own code): start one, configure it, read what it got.
 local stack = require "stack"
+local cjson = require "cjson.safe"
 
 local q = stack.shell_quote
 
@@ -9,7 +10,7 @@ local M = {}
 
 local receivers = {}
 
---- Starts a receiver; returns { url, hook, config(t), deliveries() }.
+--- Starts a receiver; returns { pid, url, hook, config(t), deliveries(), events(type) }.
 function M.start()
   local port = stack.free_port()
   local logs = stack.build_dir() .. "/test-logs"
@@ -30,12 +31,20 @@ function M.start()
     local _, body = stack.json("GET", r.url .. "/_control/deliveries")
     return body.data
   end
+  --- The verified events of this type received so far (decoded bodies).
+  function r.events(type)
+    local out = {}
+    for _, d in ipairs(r.deliveries()) do
+      local ev = cjson.decode(d.body or "")
+      if d.verified and ev and ev.type == type then out[#out + 1] = ev end
+    end
+    return out
+  end
   stack.eventually(function() return stack.request("GET", r.url .. "/_control/health", { timeout = 1 }) == 200 end,
     10, 0.05, "webhook receiver to start")
   return r
 end
 
---- Stops every receiver started.
 function M.stop_all()
   for _, r in ipairs(receivers) do os.execute("kill " .. r.pid .. " 2>/dev/null") end
   receivers = {}
