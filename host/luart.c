@@ -20,9 +20,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* lua-cjson, linked in (CMakeLists.txt). */
-int luaopen_cjson(lua_State *L);
-int luaopen_cjson_safe(lua_State *L);
 
 #define MAX_FILES      4096
 #define MAX_FILE_BYTES (4u << 20)

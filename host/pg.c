@@ -590,30 +590,12 @@ void lapi_db_open(lua_State *L, sgw_worker *w) {
 
     lua_createtable(L, 0, 5);
     lua_pushlightuserdata(L, w);
-    /* JSON parameters and json/jsonb columns go through lua-cjson, taken
-     * through the real require before the sandbox replaces it. */
-    int have_cjson = 0;
-    lua_getglobal(L, "require");
-    if (lua_isfunction(L, -1)) {
-        lua_pushliteral(L, "cjson");
-        if (lua_pcall(L, 1, 1, 0) == LUA_OK && lua_istable(L, -1)) {
-            lua_getfield(L, -1, "encode");
-            lua_getfield(L, -2, "decode");
-            lua_remove(L, -3);
-            have_cjson = lua_isfunction(L, -2) && lua_isfunction(L, -1);
-            if (!have_cjson) lua_pop(L, 2);
-        } else {
-            lua_pop(L, 1);
-        }
-    } else {
-        lua_pop(L, 1);
-    }
-    if (!have_cjson) {
-        log_msg(LOG_WARN, "db_no_cjson", "lua-cjson is not available: json columns stay text "
-                "and table parameters raise");
-        lua_pushnil(L);
-        lua_pushnil(L);
-    }
+    /* JSON parameters and json/jsonb columns go through lua-cjson, which
+     * the host links in. */
+    luaL_requiref(L, "cjson", luaopen_cjson, 0);
+    lua_getfield(L, -1, "encode");
+    lua_getfield(L, -2, "decode");
+    lua_remove(L, -3);
     luaL_setfuncs(L, funcs, 3);
     lua_pushlightuserdata(L, NULL);
     lua_setfield(L, -2, "null");

@@ -17,6 +17,10 @@
 #include <lauxlib.h>
 #include <lualib.h>
 
+/* lua-cjson, linked in (CMakeLists.txt): opened by the host, never searched for. */
+int luaopen_cjson(lua_State *L);
+int luaopen_cjson_safe(lua_State *L);
+
 #define SGW_VERSION "0.1.0"
 
 /* ------------------------------------------------------------------ config.c
