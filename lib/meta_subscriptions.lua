@@ -109,8 +109,11 @@ end
 function M.check(page_id, token)
   local fields, err = subscribed_fields(page_id, token)
   if not fields then
+    -- Not knowing is no reason to say the subscription is gone: only the
+    -- error is kept, for the next check to clear.
     log.warn("meta_subscription_check_failed", { page = page_id, error = err.message, platformCode = err.platform_code })
-    record(page_id, nil, err.message or err.code)
+    assert(db.exec([[UPDATE social_accounts SET webhooks_checked_at = now(), webhooks_error = $2
+      WHERE page_id = $1 AND environment = 'live' AND ]] .. CONNECTED, page_id, err.message or err.code))
     return "failed"
   end
   if fields[M.FIELDS] then
