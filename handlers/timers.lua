@@ -1,5 +1,10 @@
 -- Periodic jobs: each timer enqueues its job (handlers/jobs/<job>.lua) once
 -- per interval across all instances (see docs/host-api.md, "Jobs").
+
+-- Read once per instance at start and at each reload: the time to say which
+-- Graph API version this instance is pinned to (lib/meta_graph_version.lua).
+require("meta_graph_version").announce()
+
 return {
   -- Expired Idempotency-Keys and their stored responses (lib/idempotency.lua).
   { name = "idempotency.cleanup", every = 3600, job = "idempotency_cleanup" },
@@ -7,4 +12,6 @@ return {
   { name = "comments.sync", every = "sync.interval_seconds", job = "sync_comments" },
   -- Tokens Meta no longer honours, and their expiry dates (lib/token_check.lua).
   { name = "meta.token_check", every = config.get("meta.token_check_interval_hours") * 3600, job = "check_tokens" },
+  -- Pages whose webhook subscription was lost (lib/meta_subscriptions.lua).
+  { name = "meta.subscriptions", every = "meta.subscription_check_interval_seconds", job = "meta_subscriptions_check" },
 }

@@ -5,7 +5,8 @@ local json = require "json"
 local M = {}
 
 -- {"create", "--name", "N", "--x=y"} -> positional list, flags table; or
--- nil and a message.
+-- nil and a message. known[name] = "switch" for a flag without a value
+-- (flags[name] = "true").
 function M.parse(args, known)
   local positional, flags = {}, {}
   local i = 1
@@ -15,7 +16,9 @@ function M.parse(args, known)
     if not name then name = a:match("^%-%-([%w-]+)$") end
     if name then
       if not known[name] then return nil, "unknown option --" .. name end
-      if value == nil then
+      if value == nil and known[name] == "switch" then
+        value = "true"
+      elseif value == nil then
         value = args[i + 1]
         if value == nil then return nil, "--" .. name .. " needs a value" end
         i = i + 1

@@ -1,22 +1,27 @@
 -- sgw account add --company ID --environment live|test --platform facebook|instagram
 --   --platform-account-id ID --name N [--username U] --access-token T
---   [--facebook-user-id ID]  ->  {"accountId"}
+--   [--page-id PAGE] [--facebook-user-id ID]  ->  {"accountId"}
+-- A live account's Page is subscribed to the app's webhooks (for Instagram,
+-- the linked Page given by --page-id); a failed subscription is said on
+-- standard error and the account stays connected (lib/meta_subscriptions.lua).
 -- --facebook-user-id: the Facebook user whose consent gave the token (Meta's
 -- deauthorize and data-deletion callbacks find the account by it). Without
 -- it, a live account asks Meta's debug_token when the Meta app is set, best
 -- effort: a token Meta does not describe leaves it unknown.
 local cli = require "cli"
 local accounts = require "accounts"
+local subscriptions = require "meta_subscriptions"
 local token_check = require "token_check"
 
 local usage = [=[usage: sgw account add --company ID --environment live|test --platform facebook|instagram
          --platform-account-id ID --name NAME [--username U] --access-token TOKEN
+         [--page-id PAGE]   (instagram: the Facebook Page it is linked to)
          [--facebook-user-id ID]]=]
 
 return function(args)
   local pos, flags = cli.parse(args, {
     company = true, environment = true, platform = true, ["platform-account-id"] = true,
-    name = true, username = true, ["access-token"] = true, ["facebook-user-id"] = true,
+    name = true, username = true, ["access-token"] = true, ["page-id"] = true, ["facebook-user-id"] = true,
   })
   if not pos then return cli.fail(flags .. "\n" .. usage, 2) end
   if pos[1] ~= "add" or #pos ~= 1 then return cli.fail(usage, 2) end
@@ -27,6 +32,16 @@ return function(args)
   end
   if not flags["platform-account-id"]:match("^[%w_.-]+$") or #flags["platform-account-id"] > 64 then
     return cli.fail("--platform-account-id must be the platform's id (letters, digits, _ . -)", 2)
+  end
+  local page_id = flags["page-id"]
+  if page_id and not page_id:match("^%d+$") or page_id and #page_id > 64 then
+    return cli.fail("--page-id must be the Facebook Page's numeric id", 2)
+  end
+  if flags.platform == "facebook" then
+    if page_id and page_id ~= flags["platform-account-id"] then
+      return cli.fail("--page-id is for Instagram accounts: a Facebook account is its own Page", 2)
+    end
+    page_id = flags["platform-account-id"]
   end
   if #flags.name > 200 then return cli.fail("--name is longer than 200 characters", 2) end
   local fb_user = flags["facebook-user-id"]
@@ -47,5 +62,13 @@ return function(args)
     access_token = flags["access-token"], connected_by_fb_user = fb_user,
   })
   if not id then return cli.fail("could not add the account: " .. aerr) end
+  if flags.environment == "live" then
+    local subscribed, serr = subscriptions.attach(id, page_id, flags["access-token"])
+    if not subscribed then
+      local code, out = cli.ok({ accountId = id })
+      return code, out, "connected, but its webhooks are not subscribed (" .. serr
+        .. "); the periodic check tries again"
+    end
+  end
   return cli.ok({ accountId = id })
 end

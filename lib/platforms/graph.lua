@@ -11,6 +11,8 @@
 --
 -- Parameters go form-encoded in the body of a POST and in the query string
 -- otherwise; the token goes as the access_token parameter and is never logged.
+-- A call with a token also carries appsecret_proof (below), so an app with
+-- "Require App Secret" on accepts it and a stolen token alone is useless.
 local json = require "json"
 local graph_errors = require "platforms.graph_errors"
 
@@ -37,6 +39,14 @@ local function encode(params)
 end
 M.encode = encode
 
+-- hex HMAC-SHA256 of the token keyed with the app secret, as Meta checks it;
+-- nil when it is turned off (meta.appsecret_proof) or there is no secret.
+function M.appsecret_proof(token)
+  local secret = config.get("meta.app_secret")
+  if not token or config.get("meta.appsecret_proof") == false or (secret or "") == "" then return nil end
+  return crypto.hmac_sha256_hex(secret, token)
+end
+
 function M.call(method, path, params, token)
   path = type(path) == "string" and path:gsub("^/", "") or path
   if type(path) ~= "string" or not path:match("^[%w_%-%.]+[%w_%-%./]*$") or path:find("..", 1, true) then
@@ -45,6 +55,7 @@ function M.call(method, path, params, token)
   local fields = {}
   for k, v in pairs(params or {}) do fields[k] = v end
   fields.access_token = token
+  fields.appsecret_proof = M.appsecret_proof(token)
   local base = (config.get("meta.graph_base_url") or ""):gsub("/+$", "")
   local req = { method = method, url = base .. "/" .. path, timeout = config.get("meta.request_timeout_seconds") }
   if method == "POST" then

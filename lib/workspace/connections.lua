@@ -2,6 +2,7 @@
 -- and disconnected, always within the signed-in person's company.
 local web = require "workspace.web"
 local facebook = require "workspace.facebook"
+local subscriptions = require "meta_subscriptions"
 
 local M = {}
 
@@ -41,10 +42,12 @@ function M.get(company_id, id)
 end
 
 -- The publisher fails targets of an account that is not active
--- (account_disconnected); posts and their history stay.
+-- (account_disconnected); posts and their history stay. The app leaves the
+-- account's Page unless another account still uses it.
 function M.disconnect(company_id, id)
-  assert(db.exec([[UPDATE social_accounts SET status = 'disconnected', disconnected_at = now()
+  local changed = assert(db.exec([[UPDATE social_accounts SET status = 'disconnected', disconnected_at = now()
       WHERE id = $1 AND company_id = $2 AND status IN ('active', 'reconnect_required')]], id, company_id))
+  if changed > 0 then subscriptions.release(id) end
 end
 
 function M.environment(value)

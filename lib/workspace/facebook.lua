@@ -14,15 +14,19 @@
 local graph = require "platforms.graph"
 local credentials = require "credentials"
 local accounts = require "accounts"
+local subscriptions = require "meta_subscriptions"
 local json = require "json"
 
 local M = {}
 
 -- What sgw does with a Page and its Instagram account: publish, read and
--- moderate comments, subscribe to their webhooks.
+-- moderate comments (with their authors: pages_read_user_engagement),
+-- subscribe to their webhooks, and see Pages a Business Portfolio owns
+-- (business_management; without it those Pages are missing from the list).
 M.PERMISSIONS = {
   "pages_show_list", "pages_read_engagement", "pages_manage_posts", "pages_manage_engagement",
   "pages_manage_metadata", "instagram_basic", "instagram_content_publish", "instagram_manage_comments",
+  "pages_read_user_engagement", "business_management",
 }
 
 -- From "Connect" until the person has picked (the dialog may take a while).
@@ -176,13 +180,15 @@ function M.take(session, state)
 end
 
 -- Connects what was ticked ("page:<id>", "ig:<id>") as live accounts of
--- the company. Returns how many.
+-- the company, each subscribed to the webhooks of its Page (a failure leaves
+-- it connected; the periodic check tries again). Returns how many.
 function M.connect(company_id, pages, ticked)
   local n = 0
-  local function add(platform, id, name, username, p)
-    assert(accounts.add({ company_id = company_id, environment = "live", platform = platform,
-      platform_account_id = id, name = name, username = username, access_token = p.token,
-      connected_by_fb_user = p.fb_user }))
+  local function add(platform, id, name, username, page)
+    local account = assert(accounts.add({ company_id = company_id, environment = "live", platform = platform,
+      platform_account_id = id, name = name, username = username, access_token = page.token,
+      connected_by_fb_user = page.fb_user }))
+    subscriptions.attach(account, page.id, page.token)
     n = n + 1
   end
   for _, p in ipairs(pages) do

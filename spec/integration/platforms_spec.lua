@@ -12,8 +12,9 @@ describe("platform adapters against the fake Graph API", function()
   local tokens = {}
 
   setup(function()
-    fake = fake_graph.start()
+    fake = fake_graph.start({ config = { require_appsecret_proof = true } })
     sgw = stack.start_sgw({ name = "platforms", set = {
+      ["meta.app_secret"] = fake_graph.APP_SECRET,
       ["lua.root"] = fixture_root.create("platforms"),
       ["meta.graph_base_url"] = fake.graph_url,
       ["meta.request_timeout_seconds"] = 1,

@@ -16,6 +16,8 @@ local function settings(fake, extra)
   local s = {
     ["crypto.encryption_key"] = ENCRYPTION_KEY,
     ["meta.graph_base_url"] = fake.graph_url,
+    ["meta.app_id"] = fake_graph.APP_ID,
+    ["meta.app_secret"] = fake_graph.APP_SECRET,
     ["meta.request_timeout_seconds"] = 2,
     ["meta.instagram_container_poll_seconds"] = 0.2,
     ["publishing.retry.base_seconds"] = 0.2,
@@ -38,7 +40,7 @@ local function tenant(inst, fake)
     "--platform-account-id", page.id, "--name", page.name, "--access-token", page.access_token }).accountId
   local ig = cli(inst, { "account", "add", "--company", company, "--environment", "live", "--platform", "instagram",
     "--platform-account-id", page.instagram_business_account.id, "--name", "Live IG",
-    "--access-token", page.access_token }).accountId
+    "--access-token", page.access_token, "--page-id", page.id }).accountId
   local t = { key = key, page = page, fb = fb, ig = ig, n = 0, inst = inst }
   --- Connects an account again (after Meta refused its token, it is reconnect_required).
   function t.reconnect(platform)
@@ -82,7 +84,7 @@ describe("publishing faults", function()
   local fake, sgw, t
 
   setup(function()
-    fake = fake_graph.start({ latency_ms = 0 })
+    fake = fake_graph.start({ latency_ms = 0, config = { require_appsecret_proof = true } })
     fake.config({ fetch_https_as_http = true })
     sgw = stack.start_sgw { name = "faults", set = settings(fake) }
     t = tenant(sgw, fake)

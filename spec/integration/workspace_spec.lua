@@ -122,7 +122,7 @@ describe("the workspace", function()
   setup(function()
     artifacts = stack.build_dir() .. "/test-artifacts/workspace"
     os.execute("rm -rf " .. stack.shell_quote(artifacts) .. " && mkdir -p " .. stack.shell_quote(artifacts))
-    fake = fake_graph.start()
+    fake = fake_graph.start({ config = { require_appsecret_proof = true } })
     root = make_root()
     sgw = stack.start_sgw {
       name = "workspace",
@@ -348,6 +348,8 @@ describe("the workspace", function()
     local o = fake:control("GET", "oauth")
     assert.are.equal(sgw.base_url .. "/workspace/facebook/callback", o.dialogs[1].redirect_uri)
     assert.matches("pages_manage_posts", o.dialogs[1].scope)
+    assert.matches("pages_read_user_engagement", o.dialogs[1].scope)
+    assert.matches("business_management", o.dialogs[1].scope)
     assert.are.equal(1, o.codes_used)
     local exchanges = fake:requests({ path = "/oauth/access_token" })
     assert.are.equal(2, #exchanges)
@@ -365,8 +367,20 @@ describe("the workspace", function()
     assert.are.equal(2, #body.data)
     a.live_key = live_key
     for _, acc in ipairs(body.data) do
-      if acc.platform == "instagram" then a.instagram = acc.id end
+      if acc.platform == "instagram" then a.instagram = acc.id else a.facebook = acc.id end
+      assert.is_true(acc.webhooksSubscribed)
     end
+
+    -- The picked Page (which the Instagram account acts through) gets the
+    -- app's webhooks, with its own token and a valid appsecret_proof; the
+    -- other Page does not.
+    local subs = fake:subscriptions().pages
+    assert.are.same({ "feed" }, subs[fb.id][APP_ID])
+    assert.is_nil(subs[other.id])
+    for _, r in ipairs(fake:requests({ path = "/" .. fb.id .. "/subscribed_apps" })) do
+      assert.are.equal("valid", r.params.appsecret_proof)
+    end
+    a.page = fb.id
   end)
 
   it("says so when the dialog is cancelled, and refuses a callback used twice", function()
@@ -407,6 +421,22 @@ describe("the workspace", function()
     assert.are.equal(1, #body.data)
     assert.are.equal("facebook", body.data[1].platform)
     shot("connections-live-disconnected")
+    -- The Facebook account still gets the Page's webhooks: the app stays.
+    assert.are.equal(0, #fake:requests({ path = "/" .. a.page .. "/subscribed_apps", method = "DELETE" }))
+    assert.are.same({ "feed" }, fake:subscriptions().pages[a.page][APP_ID])
+
+    -- The last account of the Page goes: the app leaves the Page.
+    page("/workspace/connections?env=live")
+    b:click("tr[data-account='" .. a.facebook .. "'] a")
+    b:wait_for("#confirm-disconnect")
+    b:click("#confirm-disconnect")
+    b:wait_for("#notice")
+    local deletes = fake:requests({ path = "/" .. a.page .. "/subscribed_apps", method = "DELETE" })
+    assert.are.equal(1, #deletes)
+    assert.are.equal("valid", deletes[1].params.appsecret_proof)
+    assert.is_nil(fake:subscriptions().pages[a.page][APP_ID])
+    _, body = api(a.live_key)
+    assert.are.equal(0, #body.data)
   end)
 
   it("creates a live client with a webhook, and lists its recent deliveries", function()

@@ -14,11 +14,13 @@ M.APP_SECRET = "spec-app-secret-" .. math.random(1, 1e9)
 --- Starts the fake Graph API and sgw (opts.name, opts.set: more settings).
 --- Returns { fake, sgw, sql(q), count(q), run_job(kind) }.
 function M.start(opts)
-  local fake = fake_graph.start()
+  -- "Require App Secret": every call sgw makes must carry appsecret_proof.
+  local fake = fake_graph.start({ config = { require_appsecret_proof = true, oauth_app_secret = M.APP_SECRET } })
   fake.config({ fetch_https_as_http = true })
   local set = {
     ["crypto.encryption_key"] = stack.ENCRYPTION_KEY,
     ["meta.graph_base_url"] = fake.graph_url,
+    ["meta.app_id"] = fake_graph.APP_ID,
     ["meta.app_secret"] = M.APP_SECRET,
     ["meta.request_timeout_seconds"] = 2,
     ["meta.instagram_container_poll_seconds"] = 0.2,
@@ -159,7 +161,7 @@ function M.live_tenant(env, name, opts)
   local t = client(env, created.apiKey)
   t.company, t.client_id = company, created.clientId
   t.page = env.fake.add_page({ name = name .. " page", instagram_business_account = { username = "ig_" .. math.random(1, 1e6) } })
-  local function add(platform, id, display, username)
+  local function add(platform, id, display, username, page_id)
     local argv = { "account", "add", "--company", company, "--environment", "live", "--platform", platform,
       "--platform-account-id", id, "--name", display, "--access-token", t.page.access_token }
     if opts and opts.facebook_user_id then
@@ -170,11 +172,15 @@ function M.live_tenant(env, name, opts)
       argv[#argv + 1] = "--username"
       argv[#argv + 1] = username
     end
+    if page_id then
+      argv[#argv + 1] = "--page-id"
+      argv[#argv + 1] = page_id
+    end
     return { id = stack.cli(env.sgw, argv).accountId, platform = platform, platformAccountId = id }
   end
   t.fb = add("facebook", t.page.id, t.page.name)
   local ig = t.page.instagram_business_account
-  t.ig = add("instagram", ig.id, name .. " IG", ig.username)
+  t.ig = add("instagram", ig.id, name .. " IG", ig.username, t.page.id)
   function t.publish_text(message)
     return t.publish(t.fb, { type = "text", message = message })
   end

@@ -20,6 +20,10 @@ local M = {}
 
 M.version = "v21.0"
 
+--- The fake's Meta app (fake_graph_oauth.py's defaults): meta.app_id and
+--- meta.app_secret of an sgw that talks to it.
+M.APP_ID, M.APP_SECRET = "100000000000123", "fake-app-secret"
+
 local q = stack.shell_quote
 local running = {}
 
@@ -257,6 +261,16 @@ function Fake:graph(method, path, params, token, opts)
   return stack.json(method, url, { headers = headers, body = body, timeout = opts.timeout })
 end
 
+--- Webhook subscriptions: { app = {...}, pages = { [page] = { [app] = fields } }, handshakes = {...} }.
+function Fake:subscriptions()
+  return self:control("GET", "subscriptions")
+end
+
+--- The Page loses the app's subscription (its admin removed the app).
+function Fake:drop_subscription(page_id)
+  return self:control("POST", "subscribed_apps/drop", { page_id = page_id })
+end
+
 --- The URL of one of the fake's own images (tiny.jpg, tiny.png, wide.jpg,
 --- large.jpg, huge.jpg, image.jpg?w=..&h=..&bytes=.., not-an-image.txt).
 function Fake:asset(name)
@@ -278,7 +292,9 @@ local function bind_methods(fake)
 end
 
 --- Starts a fake Graph API. opts: latency_ms, container_ready_ms, ig_quota,
---- version (default "v21.0"), verbose (log every request), port.
+--- version (default "v21.0"), verbose (log every request), port, config (a
+--- table as fake:config takes, kept across resets: e.g.
+--- { require_appsecret_proof = true } for "Require App Secret").
 --- Returns { url, graph_url, port, pid, log_path, version } with the methods above.
 function M.start(opts)
   opts = opts or {}
@@ -310,6 +326,10 @@ function M.start(opts)
   opt("--ig-quota", opts.ig_quota)
   if opts.verbose then
     argv[#argv + 1] = "--verbose"
+  end
+  if opts.config then
+    argv[#argv + 1] = "--config"
+    argv[#argv + 1] = cjson.encode(opts.config)
   end
 
   fake.pid = spawn(fake, argv)

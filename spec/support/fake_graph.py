@@ -2,7 +2,7 @@
 """A fake of Meta's Graph API (Facebook Pages, Instagram content publishing)
 for sgw's integration specs.
 
-    python3 spec/support/fake_graph.py --port N [--latency-ms M] [--version v21.0]
+    python3 spec/support/fake_graph.py --port N [--latency-ms M] [--version v21.0] [--config JSON]
 
 It answers the Graph API under /<version>/... the way the facts in the Graph API
 notes say Meta does (paths, parameters, response shapes, error bodies and codes,
@@ -1661,6 +1661,7 @@ class Server(ThreadingHTTPServer):
 
 import fake_graph_comments; fake_graph_comments.install(sys.modules[__name__])  # noqa: E402,E702 comments, Meta webhooks
 import fake_graph_oauth; fake_graph_oauth.install(sys.modules[__name__])  # noqa: E402,E702 Facebook Login: dialog, tokens, /me
+import fake_graph_subscriptions; fake_graph_subscriptions.install(sys.modules[__name__])  # noqa: E402,E702 webhook subscriptions, appsecret_proof
 import fake_graph_tokens; fake_graph_tokens.install(sys.modules[__name__])  # noqa: E402,E702 debug_token, permissions, signed_request (last)
 
 
@@ -1673,12 +1674,19 @@ def main(argv=None):
     ap.add_argument("--container-ready-ms", type=int, default=DEFAULT_CONFIG["container_ready_ms"])
     ap.add_argument("--ig-quota", type=int, default=DEFAULT_CONFIG["ig_quota"])
     ap.add_argument("--verbose", action="store_true", help="log every request to stderr")
+    ap.add_argument("--config", help="a JSON object of settings, as POST /_fake/config takes; kept across resets")
     args = ap.parse_args(argv)
 
     config = dict(DEFAULT_CONFIG, latency_ms=args.latency_ms,
                   container_ready_ms=args.container_ready_ms, ig_quota=args.ig_quota)
     server = Server((args.host, args.port), Handler)
     server.app = App(config, args.version, args.verbose)
+    if args.config:
+        try:
+            CONTROL[("POST", "config")](server.app, {}, json.loads(args.config))
+        except (ValueError, AttributeError, ControlError) as e:
+            ap.error("--config: %s" % e)
+        server.app.store.base_config = dict(server.app.store.config)
 
     def stop(signum, frame):
         raise KeyboardInterrupt
