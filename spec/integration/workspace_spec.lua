@@ -381,6 +381,7 @@ describe("the workspace", function()
       assert.are.equal("valid", r.params.appsecret_proof)
     end
     a.page = fb.id
+    a.other_page = other.id
   end)
 
   it("says so when the dialog is cancelled, and refuses a callback used twice", function()
@@ -406,6 +407,33 @@ describe("the workspace", function()
     assert.matches("/workspace/facebook/callback is a valid OAuth redirect URI", text("#error"))
     shot("facebook-failed")
     fake:config({ oauth_auto = "none" })
+  end)
+
+  it("shows an account Meta refused, with why, and reconnects it through the dialog", function()
+    -- As token health leaves an account whose token Meta refused (its path is
+    -- the token_health spec's); here: what the person sees and does.
+    stack.psql(sgw.database_url, [[UPDATE social_accounts SET status = 'reconnect_required', status_since = now(),
+        status_reason = '{"code":"token_expired","message":"Error validating access token: Session has expired.","platformCode":"190/463"}'
+      WHERE id = ']] .. a.facebook .. "'")
+    page("/workspace/connections?env=live")
+    local row = text("tr[data-account='" .. a.facebook .. "']")
+    assert.matches("reconnect_required", row)
+    assert.matches("Session has expired", row)
+    shot("connections-reconnect")
+    b:click("tr[data-account='" .. a.facebook .. "'] a.reconnect")
+    b:wait_for("#continue")
+    b:click("#continue")
+    b:wait_for("#connect-selected")
+    if b:selected("#page-" .. a.other_page) then b:click("#page-" .. a.other_page) end
+    b:click("#connect-selected")
+    b:wait_for("#notice")
+    assert.not_matches("reconnect_required", text("tr[data-account='" .. a.facebook .. "']"))
+    local _, body = api(a.live_key)
+    assert.are.equal(2, #body.data)
+    for _, acc in ipairs(body.data) do
+      assert.are.equal("active", acc.status)
+      assert.are.equal(cjson.null, acc.statusReason)
+    end
   end)
 
   it("disconnects an account after asking; it leaves the API's list", function()
