@@ -33,7 +33,7 @@ static void usage(FILE *out) {
             "  reload                ask the running instance at admin.listen to reload handlers/ and lib/\n"
             "  check                 load handlers/ and lib/ and report whether they load\n"
             "  version               print the version\n"
-            "  company|client|account|user|meta ...   operator commands (see README)\n"
+            "  company|client|account|user|meta|sandbox ...   operator commands (see README)\n"
             "\n"
             "Defaults are in config/sgw.conf; --config FILE overrides them, --set key=value overrides both.\n");
 }
