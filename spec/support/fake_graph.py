@@ -47,7 +47,8 @@ Control API (JSON bodies; answers JSON; errors {"error":{"message",...}} with 4x
   GET    /_fake/requests[?since=&path=&method=], DELETE /_fake/requests
                                        {"data":[{"seq","time","method","path","version","params",
                                                  "account","auth","status","outcome",...}]}
-  GET    /_fake/assets/<name>          images to publish by URL (see asset())
+  GET    /_fake/assets/<name>          images to publish by URL (see asset()); over https
+                                       too with --https-port (fake_graph_tls.py)
   POST   /_fake/instagram/quota        {"account","used"} -> {"account","quota_usage","quota_total",
                                        "quota_duration"}: makes the account's usage in the
                                        current window `used` by counting publishes made
@@ -454,7 +455,7 @@ def fetch_url(url, limit, timeout_s, https_as_http=False):
         url = "http" + url[len("https"):]
     try:
         req = urllib.request.Request(url, headers={"User-Agent": "facebookexternalhit/1.1 (fake-graph)"})
-        with _OPENER.open(req, timeout=timeout_s) as resp:
+        with _OPENER.open(req, timeout=timeout_s, context=fake_graph_tls.CLIENT_CONTEXT) as resp:
             return resp.read(limit + 1), None
     except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as e:
         return None, str(e)
@@ -1537,6 +1538,13 @@ class Handler(BaseHTTPRequestHandler):
         params = dict(urllib.parse.parse_qsl(split.query, keep_blank_values=True))
         try:
             if name.startswith("assets/") and self.command in ("GET", "HEAD"):
+                if getattr(self.server, "is_tls", False):
+                    fake_graph_tls.record_request(self.path)
+                if "delay_ms" in params:
+                    time.sleep(min(60000, max(0, int(params["delay_ms"] or 0))) / 1000.0)
+                if name == "assets/redirect":
+                    self.send(Response(302, b"", "text/plain; charset=utf-8", {"Location": params.get("to", self.path)}))
+                    return
                 found = asset(name[len("assets/"):], params)
                 if found is None:
                     self.send(Response(404, b"not found\n", "text/plain; charset=utf-8"))
@@ -1649,6 +1657,7 @@ class Server(ThreadingHTTPServer):
 
 import fake_graph_comments; fake_graph_comments.install(sys.modules[__name__])  # noqa: E402,E702 comments, Meta webhooks
 import fake_graph_oauth; fake_graph_oauth.install(sys.modules[__name__])  # noqa: E402,E702 Facebook Login: dialog, tokens, /me
+import fake_graph_tls; fake_graph_tls.install(sys.modules[__name__])  # noqa: E402,E702 https port for assets
 
 
 def main(argv=None):
@@ -1660,6 +1669,8 @@ def main(argv=None):
     ap.add_argument("--container-ready-ms", type=int, default=DEFAULT_CONFIG["container_ready_ms"])
     ap.add_argument("--ig-quota", type=int, default=DEFAULT_CONFIG["ig_quota"])
     ap.add_argument("--verbose", action="store_true", help="log every request to stderr")
+    ap.add_argument("--https-port", type=int, help="also serve over TLS on this port (0: a free one)")
+    ap.add_argument("--tls-dir", help="where the https port's certificate is made (with --https-port)")
     args = ap.parse_args(argv)
 
     config = dict(DEFAULT_CONFIG, latency_ms=args.latency_ms,
@@ -1671,6 +1682,8 @@ def main(argv=None):
         raise KeyboardInterrupt
     signal.signal(signal.SIGTERM, stop)
 
+    if args.https_port is not None:
+        fake_graph_tls.serve(server.app, args.host, args.https_port, args.tls_dir or ".")
     print("fake-graph listening on %d" % server.server_address[1], flush=True)
     try:
         server.serve_forever(poll_interval=0.2)
