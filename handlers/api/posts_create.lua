@@ -5,6 +5,7 @@ local post_rules = require "post_rules"
 local posts = require "posts"
 local accounts = require "accounts"
 local media = require "media"
+local image_url = require "image_url"
 
 return function(req, ctx)
   local client = ctx.client
@@ -13,6 +14,7 @@ return function(req, ctx)
     max_schedule_days = config.get("publishing.max_schedule_days"),
     find_account = function(id) return accounts.find_active(client, id) end,
     find_upload = function(id) return media.find_upload(client, id) end,
+    fetch_image = image_url.fetch,
   }
   local v, errors = post_rules.validate(req.json, env)
   if errors and #errors > 0 then

@@ -28,6 +28,7 @@ function M.start(opts)
     ["jobs.lease_seconds"] = 3,
     ["sync.interval_seconds"] = 3600,
   }
+  fake:https_settings(set)
   for k, v in pairs(opts.set or {}) do set[k] = v end
   local sgw = stack.start_sgw { name = opts.name, set = set }
   fake.control("POST", "webhooks", { callback_url = sgw.base_url .. "/webhooks/meta", app_secret = M.APP_SECRET })
@@ -170,7 +171,7 @@ function M.live_tenant(env, name)
   end
   function t.publish_image(caption)
     return t.publish(t.ig, { type = "image", message = caption,
-      imageUrl = (env.fake.asset("tiny.jpg"):gsub("^http:", "https:")) })
+      imageUrl = env.fake:instagram_image() })
   end
   --- A comment someone writes on the platform (POST /_fake/comments); the
   --- fake's answer {comment, delivery}.
