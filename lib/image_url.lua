@@ -58,7 +58,7 @@ function M.fetch(url)
       return unreachable("it redirects to a URL that is not https")
     end
     local left = (deadline - clock.mono_ms()) / 1000
-    if left <= 0 then return unreachable(("it took more than %s seconds"):format(budget)) end
+    if left <= 0 then return unreachable(("it took longer than the %g s allowed"):format(budget)) end
     local res, _, kind = http.request({
       url = url, timeout = left, connect_timeout = left, max_body_bytes = max_bytes + 1,
       headers = { Accept = "image/jpeg, image/*;q=0.8" },
@@ -68,7 +68,7 @@ function M.fetch(url)
       if kind == "too_large" then
         return too_large(max_bytes)
       elseif kind == "timeout" then
-        return unreachable(("it took more than %s seconds"):format(budget))
+        return unreachable(("it took longer than the %g s allowed"):format(budget))
       end
       return unreachable(REASONS[kind] or "the transfer failed (for https, check the server's certificate)")
     end

@@ -344,8 +344,8 @@ function M.start(opts)
     stack.sleep(0.05)
   end
   local tls = fake:tls()
-  fake.https_port, fake.ca_file = tls.https_port, tls.ca_file
-  fake.https_url = "https://127.0.0.1:" .. tls.https_port
+  fake.https_port, fake.ca_file = math.tointeger(tls.https_port), tls.ca_file
+  fake.https_url = "https://127.0.0.1:" .. fake.https_port
   return fake
 end
 

@@ -455,7 +455,7 @@ def fetch_url(url, limit, timeout_s, https_as_http=False):
         url = "http" + url[len("https"):]
     try:
         req = urllib.request.Request(url, headers={"User-Agent": "facebookexternalhit/1.1 (fake-graph)"})
-        with _OPENER.open(req, timeout=timeout_s, context=fake_graph_tls.CLIENT_CONTEXT) as resp:
+        with _OPENER.open(req, timeout=timeout_s) as resp:
             return resp.read(limit + 1), None
     except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as e:
         return None, str(e)

@@ -29,11 +29,11 @@ import ssl
 import subprocess
 import sys
 import threading
+import urllib.request
 
 fg = None
 STATE = {"https_port": None, "ca_file": None, "connections": 0, "requests": []}
 LOCK = threading.Lock()
-CLIENT_CONTEXT = None   # trusts the fake's own certificate, for fetch_url
 
 
 def make_certificate(directory):
@@ -54,11 +54,13 @@ def record_request(path):
 
 def serve(app, host, port, directory):
     """Starts the https server in a thread; returns the port it listens on."""
-    global CLIENT_CONTEXT
     cert, key = make_certificate(directory)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert, key)
-    CLIENT_CONTEXT = ssl.create_default_context(cafile=cert)
+    # Meta's fetches of image URLs (fetch_url) trust this certificate too.
+    fg._OPENER = urllib.request.build_opener(
+        urllib.request.ProxyHandler({}),
+        urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=cert)))
 
     class TLSServer(fg.Server):
         is_tls = True
