@@ -22,7 +22,6 @@ describe("Instagram publishing", function()
 
   setup(function()
     fake = fake_graph.start({ latency_ms = 0 })
-    fake.config({ fetch_https_as_http = true })
     sgw = stack.start_sgw { name = "instagram", set = fake:https_settings {
       ["crypto.encryption_key"] = stack.ENCRYPTION_KEY,
       ["meta.graph_base_url"] = fake.graph_url,

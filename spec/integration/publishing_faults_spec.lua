@@ -77,7 +77,6 @@ describe("publishing faults", function()
 
   setup(function()
     fake = fake_graph.start({ latency_ms = 0 })
-    fake.config({ fetch_https_as_http = true })
     sgw = stack.start_sgw { name = "faults", set = settings(fake) }
     t = tenant(sgw, fake)
   end)

@@ -14,7 +14,6 @@ M.APP_SECRET = "spec-app-secret-" .. math.random(1, 1e9)
 --- Returns { fake, sgw, sql(q), count(q), run_job(kind) }.
 function M.start(opts)
   local fake = fake_graph.start()
-  fake.config({ fetch_https_as_http = true })
   local set = {
     ["crypto.encryption_key"] = stack.ENCRYPTION_KEY,
     ["meta.graph_base_url"] = fake.graph_url,
