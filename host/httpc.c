@@ -30,6 +30,8 @@
 #include <strings.h>
 
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <curl/curl.h>
 
 /* pg.c: http.request must not hold a database transaction open across a
@@ -62,6 +64,7 @@ struct xfer {
     char              *hbuf;       /* response headers: "name\0value\0"... */
     size_t             hlen, hcap;
     size_t             limit;      /* http.max_response_bytes, body + headers */
+    size_t             body_limit; /* the call's max_body_bytes (or limit) */
     int                too_large;
     int                denied;     /* deny_private_addresses refused the peer */
     CURLcode           rc;
@@ -156,7 +159,7 @@ static int grow(char **buf, size_t *cap, size_t need) {
 static size_t on_body(char *p, size_t size, size_t nmemb, void *ud) {
     xfer *x = ud;
     size_t n = size * nmemb;
-    if (x->blen + x->hlen + n > x->limit) {
+    if (x->blen + x->hlen + n > x->limit || x->blen + n > x->body_limit) {
         x->too_large = 1;
         return 0; /* aborts the transfer with CURLE_WRITE_ERROR */
     }
@@ -225,6 +228,7 @@ typedef struct req_opts {
     long        timeout_ms;
     long        connect_timeout_ms;
     int         deny_private; /* deny_private_addresses */
+    size_t      max_body;     /* max_body_bytes; 0: http.max_response_bytes alone */
 } req_opts;
 
 static int valid_token(const char *s, size_t n) {
@@ -332,6 +336,14 @@ static void read_opts(lua_State *L, req_opts *o) {
         luaL_error(L, "http.request: 'deny_private_addresses' must be a boolean");
     o->deny_private = lua_toboolean(L, -1);
     lua_pop(L, 1);
+
+    lua_getfield(L, 1, "max_body_bytes");
+    if (!lua_isnil(L, -1)) {
+        lua_Integer n = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : 0;
+        if (n < 1) luaL_error(L, "http.request: 'max_body_bytes' must be a positive integer");
+        o->max_body = (size_t)n;
+    }
+    lua_pop(L, 1);
 }
 
 /* RFC 9110 9.2.2: sending these twice has the effect of sending them once. */
@@ -347,36 +359,75 @@ static size_t max_response(void) {
     return n > 0 ? (size_t)n : DEFAULT_MAX_RESPONSE;
 }
 
-/* deny_private_addresses: curl has resolved the name and connected when it
- * calls this, so the address checked is the one the request would go to,
- * whatever the name resolved to when it was registered (DNS rebinding).
- * Refused: loopback, private, link-local, CGNAT and "this network" ranges,
- * in IPv4, IPv6 and IPv4-mapped IPv6; an address that does not parse too. */
-static int private_v4(const unsigned char *a) {
-    return a[0] == 0 || a[0] == 10 || a[0] == 127 || (a[0] == 169 && a[1] == 254) ||
-           (a[0] == 172 && (a[1] & 0xf0) == 16) || (a[0] == 192 && a[1] == 168) ||
-           (a[0] == 100 && (a[1] & 0xc0) == 64);
+/* deny_private_addresses: only globally reachable unicast addresses. The
+ * ranges are IANA's special-purpose registries' non-global entries (RFC 6890
+ * and successors); forms that embed an IPv4 address (mapped, compatible,
+ * NAT64, 6to4) are judged by the address they embed, so 127.0.0.1 cannot be
+ * reached as ::ffff:127.0.0.1 or 2002:7f00:1::. */
+static int denied_v4(const unsigned char *a) {
+    return a[0] == 0                                    /* 0/8 "this network" */
+        || a[0] == 10                                   /* 10/8 */
+        || (a[0] == 100 && (a[1] & 0xc0) == 64)         /* 100.64/10 CGNAT */
+        || a[0] == 127                                  /* 127/8 loopback */
+        || (a[0] == 169 && a[1] == 254)                 /* 169.254/16 link-local */
+        || (a[0] == 172 && (a[1] & 0xf0) == 16)         /* 172.16/12 */
+        || (a[0] == 192 && a[1] == 0 && a[2] == 0)      /* 192.0.0/24 IETF */
+        || (a[0] == 192 && a[1] == 0 && a[2] == 2)      /* 192.0.2/24 TEST-NET-1 */
+        || (a[0] == 192 && a[1] == 168)                 /* 192.168/16 */
+        || (a[0] == 198 && (a[1] & 0xfe) == 18)         /* 198.18/15 benchmarking */
+        || (a[0] == 198 && a[1] == 51 && a[2] == 100)   /* 198.51.100/24 TEST-NET-2 */
+        || (a[0] == 203 && a[1] == 0 && a[2] == 113)    /* 203.0.113/24 TEST-NET-3 */
+        || a[0] >= 224;                                 /* 224/4 multicast, 240/4 and broadcast */
 }
 
-static int private_address(const char *ip) {
+static int denied_v6(const unsigned char *a) {
     static const unsigned char mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
-    static const unsigned char zero[15] = { 0 };
-    unsigned char a[16];
-    if (inet_pton(AF_INET, ip, a) == 1) return private_v4(a);
-    if (inet_pton(AF_INET6, ip, a) != 1) return 1;
-    if (memcmp(a, mapped, 12) == 0) return private_v4(a + 12);
-    return (memcmp(a, zero, 15) == 0 && a[15] <= 1) /* :: and ::1 */
-        || (a[0] & 0xfe) == 0xfc                      /* fc00::/7 */
-        || (a[0] == 0xfe && (a[1] & 0xc0) == 0x80);   /* fe80::/10 */
+    static const unsigned char nat64[12] = { 0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0 };
+    static const unsigned char zero[12] = { 0 };
+    if (memcmp(a, zero, 12) == 0 || memcmp(a, mapped, 12) == 0 || memcmp(a, nat64, 12) == 0)
+        return denied_v4(a + 12);                       /* ::/96 (:: and ::1 too), ::ffff:0:0/96, 64:ff9b::/96 */
+    if (a[0] == 0x20 && a[1] == 0x02) return denied_v4(a + 2); /* 2002::/16 6to4 */
+    return (a[0] & 0xfe) == 0xfc                        /* fc00::/7 unique local */
+        || (a[0] == 0xfe && (a[1] & 0x80) == 0x80)      /* fe80::/10 link-local, fec0::/10 old site-local */
+        || a[0] == 0xff                                 /* ff00::/8 multicast */
+        || (a[0] == 0x20 && a[1] == 0x01 && a[2] == 0x0d && a[3] == 0xb8); /* 2001:db8::/32 documentation */
 }
 
-/* Runs once the connection is up (new or reused), before anything is sent. */
+int httpc_address_denied(const char *ip) {
+    unsigned char a[16];
+    if (inet_pton(AF_INET, ip, a) == 1) return denied_v4(a);
+    if (inet_pton(AF_INET6, ip, a) == 1) return denied_v6(a);
+    return 1; /* what does not parse is not known to be global */
+}
+
+/* Runs after curl has resolved the name and before it connects: the address
+ * judged is the one the request would go to, whatever the name resolved to
+ * when it was registered (DNS rebinding), and a refused one never sees a
+ * packet. */
+static curl_socket_t on_opensocket(void *ud, curlsocktype purpose, struct curl_sockaddr *addr) {
+    xfer *x = ud;
+    int denied = 1;
+    (void)purpose;
+    if (addr->family == AF_INET && addr->addrlen >= sizeof(struct sockaddr_in))
+        denied = denied_v4((const unsigned char *)&((const struct sockaddr_in *)&addr->addr)->sin_addr);
+    else if (addr->family == AF_INET6 && addr->addrlen >= sizeof(struct sockaddr_in6))
+        denied = denied_v6(((const struct sockaddr_in6 *)&addr->addr)->sin6_addr.s6_addr);
+    if (denied) {
+        x->denied = 1;
+        return CURL_SOCKET_BAD;
+    }
+    return socket(addr->family, addr->socktype, addr->protocol);
+}
+
+/* A reused connection opens no socket: it was made for an earlier call of
+ * this handle, perhaps one that allowed private addresses, so the peer is
+ * judged again before anything is sent. */
 static int on_prereq(void *ud, char *primary_ip, char *local_ip, int primary_port, int local_port) {
     (void)local_ip;
     (void)primary_port;
     (void)local_port;
     xfer *x = ud;
-    if (!private_address(primary_ip)) return CURL_PREREQFUNC_OK;
+    if (!httpc_address_denied(primary_ip)) return CURL_PREREQFUNC_OK;
     x->denied = 1;
     return CURL_PREREQFUNC_ABORT;
 }
@@ -386,6 +437,7 @@ static int on_prereq(void *ud, char *primary_ip, char *local_ip, int primary_por
 static int xfer_setup(xfer *x, CURL *e, const req_opts *o) {
     x->easy = e;
     x->limit = max_response();
+    x->body_limit = o->max_body && o->max_body < x->limit ? o->max_body : x->limit;
     x->errbuf[0] = 0;
     for (const char *p = o->hdr_lines, *end = o->hdr_lines + o->hdr_len; p < end; p += strlen(p) + 1) {
         struct curl_slist *n = curl_slist_append(x->hdrs, p);
@@ -410,7 +462,7 @@ static int xfer_setup(xfer *x, CURL *e, const req_opts *o) {
     SET(CURLOPT_NOSIGNAL, 1L);
     SET(CURLOPT_TIMEOUT_MS, o->timeout_ms);
     SET(CURLOPT_CONNECTTIMEOUT_MS, o->connect_timeout_ms);
-    SET(CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)x->limit);
+    SET(CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)x->body_limit);
     SET(CURLOPT_WRITEFUNCTION, on_body);
     SET(CURLOPT_WRITEDATA, x);
     SET(CURLOPT_HEADERFUNCTION, on_header);
@@ -420,9 +472,16 @@ static int xfer_setup(xfer *x, CURL *e, const req_opts *o) {
     SET(CURLOPT_USERAGENT, "sgw/" SGW_VERSION);
     SET(CURLOPT_ACCEPT_ENCODING, "");
     SET(CURLOPT_PRIVATE, x);
+    if (*config_str("http.ca_file")) SET(CURLOPT_CAINFO, config_str("http.ca_file"));
     if (o->deny_private) {
+        SET(CURLOPT_OPENSOCKETFUNCTION, on_opensocket);
+        SET(CURLOPT_OPENSOCKETDATA, x);
         SET(CURLOPT_PREREQFUNCTION, on_prereq);
         SET(CURLOPT_PREREQDATA, x);
+        /* A proxy from the environment would be the address checked, and it
+         * would connect anywhere on our behalf. */
+        SET(CURLOPT_PROXY, "");
+        SET(CURLOPT_NOPROXY, "*");
     }
     /* curl sends a request again by itself when a reused connection closes
      * before any answer: harmless for idempotent methods, a second post for
@@ -486,10 +545,12 @@ static int push_results(lua_State *L, const xfer *x) {
         lua_pushnil(L);
         if (x->denied)
             lua_pushliteral(L, "destination address not allowed");
-        else if (x->too_large || x->rc == CURLE_FILESIZE_EXCEEDED)
-            lua_pushfstring(L, "response larger than http.max_response_bytes (%I bytes)", (lua_Integer)x->limit);
-        else
+        else if (!(x->too_large || x->rc == CURLE_FILESIZE_EXCEEDED))
             lua_pushstring(L, x->errbuf[0] ? x->errbuf : curl_easy_strerror(x->rc));
+        else if (x->body_limit < x->limit)
+            lua_pushfstring(L, "response body larger than max_body_bytes (%I bytes)", (lua_Integer)x->body_limit);
+        else
+            lua_pushfstring(L, "response larger than http.max_response_bytes (%I bytes)", (lua_Integer)x->limit);
         lua_pushstring(L, kind_of(x));
         return 3;
     }

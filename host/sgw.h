@@ -188,6 +188,9 @@ void       httpc_poll(sgw_httpc *h, int timeout_ms,
                       void (*on_ready)(lua_State *co, int nres, void *ud), void *ud);
 /* Global `http`: http.request{method,url,headers,body,timeout} */
 void       lapi_http_open(lua_State *L, sgw_worker *w);
+/* deny_private_addresses' rule: 1 when the textual IPv4/IPv6 address is not
+ * a global unicast one (or does not parse). */
+int        httpc_address_denied(const char *ip);
 int        httpc_global_init(void);
 void       httpc_global_cleanup(void);
 

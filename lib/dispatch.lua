@@ -15,16 +15,20 @@ local M = {}
 
 local handlers = {}
 
+-- A handler module returns its function, or {prepare = fn, handle = fn} when part of
+-- its work must run outside the transaction an Idempotency-Key puts handle in (a
+-- network call): prepare(req, ctx) runs first, after the key is claimed.
 local function handler_for(route)
   local h = handlers[route.handler]
   if not h then
     h = require("handlers." .. route.handler:gsub("/", "."))
-    if type(h) ~= "function" then
-      error("handler " .. route.handler .. " does not return a function", 0)
+    if type(h) == "function" then h = { handle = h } end
+    if type(h) ~= "table" or type(h.handle) ~= "function" then
+      error("handler " .. route.handler .. " returns neither a function nor {handle = function}", 0)
     end
     handlers[route.handler] = h
   end
-  return h
+  return h.handle, h.prepare
 end
 
 local early = {
@@ -150,10 +154,12 @@ local function run(req, ctx)
     req.json = value
   end
 
-  local handler = handler_for(route)
+  local handler, prepare = handler_for(route)
   if route.idempotency then
-    return idempotency.wrap(req, ctx, function() return handler(req, ctx) end)
+    return idempotency.wrap(req, ctx, function() return handler(req, ctx) end,
+      prepare and function() return prepare(req, ctx) end)
   end
+  if prepare then prepare(req, ctx) end
   return handler(req, ctx)
 end
 

@@ -11,7 +11,9 @@
 --      the handler wrote and gives up the claim, so the client may try again.
 --
 -- Because of 2., a handler behind a key cannot make outbound HTTP calls (the
--- host refuses them inside a transaction): it enqueues a job instead.
+-- host refuses them inside a transaction): it enqueues a job instead, or makes
+-- them in its prepare step, which runs after the claim and before the
+-- transaction, and whose errors are handled like the handler's.
 local json = require "json"
 local problem = require "problem"
 
@@ -221,15 +223,17 @@ end
 
 -- ------------------------------------------------------------ wrap
 
--- Runs run() (which returns status, body, headers) under the request's
--- Idempotency-Key; returns status, body, headers.
-function M.wrap(req, ctx, run)
+-- Runs prepare() (optional, outside any transaction) and run() (which returns
+-- status, body, headers) under the request's Idempotency-Key; returns status,
+-- body, headers.
+function M.wrap(req, ctx, run, prepare)
   local key = req.headers and req.headers["idempotency-key"]
   if key == nil then
     if ctx.route and ctx.route.idempotency == "required" then
       return problem.response(req, 400, "idempotency_key_required",
         "This endpoint needs an Idempotency-Key header (1 to 255 visible ASCII characters).")
     end
+    if prepare then prepare() end
     return run()
   end
   if not M.valid_key(key) then
@@ -264,20 +268,25 @@ function M.wrap(req, ctx, run)
   end
 
   local status, body, headers
-  local ok, committed, err = pcall(db.transaction, function()
-    local done, s, b, h = xpcall(run, traced)
-    if not done then error(s, 0) end
-    status, body, headers = s, b, h
-    if type(status) ~= "number" or status < 200 or status >= 400 then error(NOT_KEPT, 0) end
-    local text, out, keep = encode(body, headers)
-    local n, serr = db.exec(STORE, scope, key, owner, status, text, keep)
-    -- Our claim was taken over (we ran past LOCK_SECONDS): the other request
-    -- owns the key now, so nothing of ours may be kept.
-    if n ~= 1 then error("idempotency claim lost before the response was stored: " .. (serr or "taken over"), 0) end
-    body, headers = text, out
-    return true
-  end)
-  if ok and committed then return status, body, headers end
+  -- A failed prepare is the handler's error: ok stays false, committed holds it.
+  local prepared, ok, committed, err = true, false, nil, nil
+  if prepare then prepared, committed = xpcall(prepare, traced) end
+  if prepared then
+    ok, committed, err = pcall(db.transaction, function()
+      local done, s, b, h = xpcall(run, traced)
+      if not done then error(s, 0) end
+      status, body, headers = s, b, h
+      if type(status) ~= "number" or status < 200 or status >= 400 then error(NOT_KEPT, 0) end
+      local text, out, keep = encode(body, headers)
+      local n, serr = db.exec(STORE, scope, key, owner, status, text, keep)
+      -- Our claim was taken over (we ran past LOCK_SECONDS): the other request
+      -- owns the key now, so nothing of ours may be kept.
+      if n ~= 1 then error("idempotency claim lost before the response was stored: " .. (serr or "taken over"), 0) end
+      body, headers = text, out
+      return true
+    end)
+    if ok and committed then return status, body, headers end
+  end
 
   local n, rerr = db.exec(RELEASE, scope, key, owner)
   if not n then log.warn("idempotency_release_failed", { requestId = req.id, error = tostring(rerr) }) end

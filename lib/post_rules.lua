@@ -10,6 +10,9 @@
 --                          caller's company and environment
 --   env.find_upload(id)    {id, mime_type, size_bytes, width, height} or nil, likewise
 --   env.max_schedule_days  publishing.max_schedule_days
+--   env.fetch_image(url)   {mime_type, size_bytes, width, height} or nil, code, message
+--                          (lib/image_url.lua); called at most once, for an https
+--                          imageUrl of a post with Instagram targets
 --
 -- Platform rules (what Instagram accepts) live here too: refusing at creation gives the
 -- client a 422 with every problem, instead of a target that fails minutes later.
@@ -425,7 +428,7 @@ function M.instagram_image_problems(image)
 end
 
 -- What Instagram accepts (spec 4.3 and 8), one rule each. `post` is
--- {type, message, image_url_scheme, upload}.
+-- {type, message, image_url_scheme, image_url, upload}.
 local INSTAGRAM_RULES = {
   function(ctx, post)   -- no text-only or link posts
     if post.type == "text" or post.type == "link" then
@@ -437,13 +440,16 @@ local INSTAGRAM_RULES = {
     if not post.upload then return end
     for _, p in ipairs(M.instagram_image_problems(post.upload)) do ctx.add("/media/0/uploadId", p.code, p.message) end
   end,
-  -- Instagram fetches the image itself, over HTTPS only. The bytes behind a URL are not
-  -- known here and an extension proves nothing either way, so a URL to a non-JPEG is
-  -- accepted and the platform's refusal fails the target (media_rejected).
+  -- Instagram fetches the image itself, over HTTPS only. An extension proves nothing,
+  -- so the bytes are fetched once and held to the same rules as an upload's.
   function(ctx, post)
     if post.image_url_scheme == "http" then
       ctx.add("/content/imageUrl", "image_url_not_https",
         "Instagram fetches images only over HTTPS; give an https:// URL, or upload the image.")
+    elseif post.image_url_scheme == "https" and ctx.env.fetch_image then
+      local image, code, message = ctx.env.fetch_image(post.image_url)
+      if not image then return ctx.add("/content/imageUrl", code, message) end
+      for _, p in ipairs(M.instagram_image_problems(image)) do ctx.add("/content/imageUrl", p.code, p.message) end
     end
   end,
   function(ctx, post)   -- caption limits
@@ -534,7 +540,7 @@ function M.validate(body, env)
   local image = check_image(ctx, body, content, upload)
   if ctx.platforms.instagram then
     local post = { type = content.type, message = content.message,
-      image_url_scheme = content.image_url_scheme, upload = upload }
+      image_url_scheme = content.image_url_scheme, image_url = content.image_url, upload = upload }
     for _, rule in ipairs(INSTAGRAM_RULES) do rule(ctx, post) end
   end
   local publishing = check_publishing(ctx, body)

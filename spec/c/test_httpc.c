@@ -183,6 +183,24 @@ static void test_blocking_and_errors(void) {
     LUA_CHECK("other schemes are refused",
               "local r, err, kind = http.request{url = 'file:///etc/passwd'}\n"
               "return tostring(err) .. ' ' .. tostring(kind), r == nil and kind == 'other'");
+    LUA_CHECK("a private address is refused before connecting: the server sees nothing",
+              "local function requests()\n"
+              "  local r = http.request{url = 'http://127.0.0.1:' .. PORT .. '/stats'}\n"
+              "  return tonumber(r.body:match('\"requests\":(%d+)'))\n"
+              "end\n"
+              "local before = requests()\n"
+              "for _, host in ipairs{ '127.0.0.1', '2130706433', '0x7f000001', 'localhost', '[::1]' } do\n"
+              "  local r, err, kind = http.request{url = 'http://' .. host .. ':' .. PORT .. '/x?delay=0', deny_private_addresses = true}\n"
+              "  if r or kind ~= 'forbidden' or err ~= 'destination address not allowed' then\n"
+              "    return host .. ': ' .. tostring(err) .. ' ' .. tostring(kind), false\n"
+              "  end\n"
+              "end\n"
+              "local after = requests()\n"
+              "return before .. ' then ' .. after, after == before");
+    LUA_CHECK("max_body_bytes caps one call's body",
+              "local r, err, kind = http.request{url = 'http://127.0.0.1:' .. PORT .. '/x?delay=0&size=1001', max_body_bytes = 1000}\n"
+              "local ok = http.request{url = 'http://127.0.0.1:' .. PORT .. '/x?delay=0&size=1000', max_body_bytes = 1000}\n"
+              "return tostring(err) .. ' ' .. tostring(kind), r == nil and kind == 'too_large' and ok and #ok.body == 1000");
     char err[256];
     config_set("http.max_response_bytes", "1000", err, sizeof err);
     LUA_CHECK("a large answer is kind too_large",
@@ -192,12 +210,48 @@ static void test_blocking_and_errors(void) {
     LUA_CHECK("misuse raises",
               "for _, bad in ipairs{ {}, {url = 1}, {url = 'http://x', method = 'G T'},\n"
               "    {url = 'http://x', headers = {X = 'a\\r\\nB: c'}}, {url = 'http://x', timeout = 0},\n"
-              "    {url = 'http://x', body = {}}, {url = 'http://x', headers = 'h'} } do\n"
+              "    {url = 'http://x', body = {}}, {url = 'http://x', headers = 'h'}, {url = 'http://x', max_body_bytes = 0} } do\n"
               "  if pcall(http.request, bad) then return 'accepted a bad table', false end\n"
               "end\n"
               "return '', not pcall(http.request)");
 #undef LUA_CHECK
     lua_close(L);
+}
+
+/* deny_private_addresses' classifier: every non-global range, and the
+ * addresses just outside it. */
+static void test_address_rule(void) {
+    static const char *const denied[] = {
+        "0.0.0.0", "0.255.255.255", "10.0.0.0", "10.255.255.255", "100.64.0.0", "100.127.255.255",
+        "127.0.0.1", "127.255.255.255", "169.254.0.0", "169.254.255.255", "172.16.0.0", "172.31.255.255",
+        "192.0.0.0", "192.0.0.255", "192.0.2.0", "192.0.2.255", "192.168.0.0", "192.168.255.255",
+        "198.18.0.0", "198.19.255.255", "198.51.100.0", "198.51.100.255", "203.0.113.0", "203.0.113.255",
+        "224.0.0.0", "239.255.255.255", "240.0.0.0", "255.255.255.254", "255.255.255.255",
+        "::", "::1", "fc00::", "fdff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "fe80::", "febf:ffff::1",
+        "fec0::1", "feff::1", /* old site-local, beside link-local */
+        "ff00::", "ff02::1", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "2001:db8::", "2001:db8:ffff:ffff::1",
+        "::ffff:127.0.0.1", "::ffff:10.1.2.3", "::ffff:0.0.0.0", "::127.0.0.1", "::10.0.0.1",
+        "64:ff9b::127.0.0.1", "64:ff9b::192.168.1.1", "2002:7f00:1::", "2002:a00:1::1", "2002:c0a8:101::",
+        "not an address", "", "1.2.3", "fe80::1%eth0",
+    };
+    static const char *const allowed[] = {
+        "1.0.0.0", "9.255.255.255", "11.0.0.0", "100.63.255.255", "100.128.0.0", "126.255.255.255",
+        "128.0.0.0", "169.253.255.255", "169.255.0.0", "172.15.255.255", "172.32.0.0", "191.255.255.255",
+        "192.0.1.0", "192.0.3.0", "192.167.255.255", "192.169.0.0", "198.17.255.255", "198.20.0.0",
+        "198.51.99.255", "198.51.101.0", "203.0.112.255", "203.0.114.0", "223.255.255.255", "8.8.8.8",
+        "::1:0:0:0", "fbff:ffff::1", "fe7f:ffff::1", "2001:db7:ffff::1", "2001:db9::", "2606:4700::1111", "2a00:1450::1",
+        "::ffff:8.8.8.8", "::8.8.8.8", "64:ff9b::8.8.8.8", "64:ff9b:1::127.0.0.1", "2002:808:808::",
+        "2003::1", "2001:4860:4860::8888",
+    };
+    char name[96];
+    for (size_t i = 0; i < sizeof denied / sizeof *denied; i++) {
+        snprintf(name, sizeof name, "%s is refused", denied[i]);
+        check(httpc_address_denied(denied[i]), name, NULL);
+    }
+    for (size_t i = 0; i < sizeof allowed / sizeof *allowed; i++) {
+        snprintf(name, sizeof name, "%s is allowed", allowed[i]);
+        check(!httpc_address_denied(allowed[i]), name, NULL);
+    }
 }
 
 /* Transfers whose coroutines never resume: freed whichever of the engine
@@ -264,6 +318,7 @@ int main(void) {
     if (httpc_global_init() || start_server()) return 1;
     /* First: the timeout case leaves a request held by the server for a
      * while, which would count towards the peak. */
+    test_address_rule();
     test_concurrent();
     test_blocking_and_errors();
     test_nested();

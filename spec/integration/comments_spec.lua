@@ -6,6 +6,7 @@
 -- with cursors while comments arrive, tenancy, the sandbox comments tool,
 -- and large batches.
 local stack = require "stack"
+local fake_graph = require "fake_graph"
 local cjson = require "cjson.safe"
 
 local ENCRYPTION_KEY = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
@@ -59,7 +60,7 @@ local function iso(t)
 end
 
 describe("comments", function()
-  local sgw, key, live_key, other_key, narrow_key
+  local sgw, images, key, live_key, other_key, narrow_key
   local fb, ig, fb_post, fb_target, ig_post, ig_target
   local seq = 0
   local T0 = os.time() - 7200  -- comment times in the past, well apart from "now"
@@ -150,7 +151,9 @@ describe("comments", function()
   end
 
   setup(function()
-    sgw = stack.start_sgw { name = "comments", set = settings() }
+    -- Only for the Instagram image, which sgw fetches when the post is created.
+    images = fake_graph.start()
+    sgw = stack.start_sgw { name = "comments", set = images:https_settings(settings()) }
     local company = cli(sgw, { "company", "create", "--name", "Comments Co" }).companyId
     local all = "accounts:read posts:read posts:write operations:read comments:read sandbox:write"
     key = cli(sgw, { "client", "create", "--company", company, "--environment", "test", "--scopes", all }).apiKey
@@ -162,12 +165,15 @@ describe("comments", function()
     _, fb = api("POST", "/api/v1/sandbox/accounts", { platform = "facebook", name = "Comment page" })
     _, ig = api("POST", "/api/v1/sandbox/accounts", { platform = "instagram", name = "Comment IG" })
     fb_post, fb_target = publish(fb, { type = "text", message = "Comment on me" })
-    ig_post, ig_target = publish(ig, { type = "image", imageUrl = "https://images.example.com/a.jpg", message = "IG" })
+    ig_post, ig_target = publish(ig, { type = "image", imageUrl = images:instagram_image(), message = "IG" })
     assert.matches("^" .. fb.platformAccountId .. "_%d+$", fb_target.platformPostId)
     assert.matches("^%d+$", ig_target.platformPostId)
   end)
 
-  teardown(function() stack.cleanup() end)
+  teardown(function()
+    stack.cleanup()
+    fake_graph.stop_all()
+  end)
 
   describe("verification", function()
     local function verify(mode, token, challenge)

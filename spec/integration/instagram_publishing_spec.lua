@@ -22,8 +22,7 @@ describe("Instagram publishing", function()
 
   setup(function()
     fake = fake_graph.start({ latency_ms = 0 })
-    fake.config({ fetch_https_as_http = true })
-    sgw = stack.start_sgw { name = "instagram", set = {
+    sgw = stack.start_sgw { name = "instagram", set = fake:https_settings {
       ["crypto.encryption_key"] = stack.ENCRYPTION_KEY,
       ["meta.graph_base_url"] = fake.graph_url,
       ["meta.request_timeout_seconds"] = 2,
@@ -51,7 +50,7 @@ describe("Instagram publishing", function()
     function t.publish(message)
       local status, body = t.api("POST", "/api/v1/posts", {
         targets = { { socialAccountId = ig, platform = "instagram" } },
-        content = { type = "image", message = message, imageUrl = fake.asset("tiny.jpg"):gsub("^http:", "https:") },
+        content = { type = "image", message = message, imageUrl = fake:instagram_image() },
         publishing = { mode = "immediate" } })
       assert(status == 202, cjson.encode(body))
       return body

@@ -50,7 +50,7 @@ describe("moderation", function()
       other = comment_stack.test_tenant(env, "Other Co")
       fb_post, fb_target = t.publish(t.fb, { type = "text", message = "Moderate me" })
       ig_target = select(2, t.publish(t.ig, { type = "image", message = "IG",
-        imageUrl = "https://images.example.com/a.jpg" }))
+        imageUrl = env.fake:instagram_image() }))
     end)
 
     it("replies: a 202 operation, then the reply as a comment of the account, and the event", function()

@@ -26,6 +26,7 @@ local function settings(fake, extra)
     ["jobs.lease_seconds"] = 2,
     ["clock.allow_control"] = true,
   }
+  fake:https_settings(s)
   for k, v in pairs(extra or {}) do s[k] = v end
   return s
 end
@@ -85,7 +86,6 @@ describe("publishing faults", function()
 
   setup(function()
     fake = fake_graph.start({ latency_ms = 0, config = { require_appsecret_proof = true } })
-    fake.config({ fetch_https_as_http = true })
     sgw = stack.start_sgw { name = "faults", set = settings(fake) }
     t = tenant(sgw, fake)
   end)
@@ -183,7 +183,7 @@ describe("publishing faults", function()
     fake.fail({ match = { method = "POST", path = "/{ig}/media" }, count = 1, preset = "permission" })
     local status, body = t.api("POST", "/api/v1/posts", {
       targets = { { socialAccountId = t.fb, platform = "facebook" }, { socialAccountId = t.ig, platform = "instagram" } },
-      content = { type = "image", message = "Both places #sgw", imageUrl = fake.asset("tiny.jpg"):gsub("^http:", "https:") },
+      content = { type = "image", message = "Both places #sgw", imageUrl = fake:instagram_image() },
       publishing = { mode = "immediate" },
     })
     assert.are.equal(202, status, cjson.encode(body))
@@ -199,7 +199,7 @@ describe("publishing faults", function()
   it("publishes an Instagram image through its container once", function()
     local status, body = t.api("POST", "/api/v1/posts", {
       targets = { { socialAccountId = t.ig, platform = "instagram" } },
-      content = { type = "image", message = "Container once", imageUrl = fake.asset("tiny.jpg"):gsub("^http:", "https:") },
+      content = { type = "image", message = "Container once", imageUrl = fake:instagram_image() },
       publishing = { mode = "immediate" },
     })
     assert.are.equal(202, status, cjson.encode(body))

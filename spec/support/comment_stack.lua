@@ -16,7 +16,6 @@ M.APP_SECRET = "spec-app-secret-" .. math.random(1, 1e9)
 function M.start(opts)
   -- "Require App Secret": every call sgw makes must carry appsecret_proof.
   local fake = fake_graph.start({ config = { require_appsecret_proof = true, oauth_app_secret = M.APP_SECRET } })
-  fake.config({ fetch_https_as_http = true })
   local set = {
     ["crypto.encryption_key"] = stack.ENCRYPTION_KEY,
     ["meta.graph_base_url"] = fake.graph_url,
@@ -33,6 +32,7 @@ function M.start(opts)
     -- Clients' webhook receivers listen on 127.0.0.1.
     ["webhooks.allow_private_targets"] = true,
   }
+  fake:https_settings(set)
   for k, v in pairs(opts.set or {}) do set[k] = v end
   local sgw = stack.start_sgw { name = opts.name, set = set }
   fake.control("POST", "webhooks", { callback_url = sgw.base_url .. "/webhooks/meta", app_secret = M.APP_SECRET })
@@ -186,7 +186,7 @@ function M.live_tenant(env, name, opts)
   end
   function t.publish_image(caption)
     return t.publish(t.ig, { type = "image", message = caption,
-      imageUrl = (env.fake.asset("tiny.jpg"):gsub("^http:", "https:")) })
+      imageUrl = env.fake:instagram_image() })
   end
   --- A webhook receiver for this client's events (spec/support/receiver.lua).
   function t.listen()

@@ -277,6 +277,37 @@ function Fake:asset(name)
   return self.url .. "/_fake/assets/" .. name
 end
 
+--- The same image over https (the fake's TLS port, fake_graph_tls.py); sgw
+--- trusts it when started with ["http.ca_file"] = fake.ca_file.
+function Fake:https_asset(name)
+  return self.https_url .. "/_fake/assets/" .. name
+end
+
+--- An image Instagram accepts (JPEG, 640x640), over https.
+function Fake:instagram_image()
+  return self:https_asset("image.jpg?w=640&h=640")
+end
+
+--- The settings sgw needs to fetch the fake's https assets: trust its
+--- certificate and let it reach loopback.
+function Fake:https_settings(set)
+  set = set or {}
+  set["http.ca_file"] = self.ca_file
+  set["posts.allow_private_image_urls"] = true
+  return set
+end
+
+--- {connections, requests = {path, ...}} seen on the TLS port since start or
+--- the last clear_tls().
+function Fake:tls()
+  local _, body = stack.json("GET", self.url .. "/_fake/tls")
+  return body
+end
+
+function Fake:clear_tls()
+  stack.json("DELETE", self.url .. "/_fake/tls")
+end
+
 local function bind_methods(fake)
   for name, fn in pairs(Fake) do
     if type(fn) == "function" and name ~= "__index" then
@@ -295,7 +326,8 @@ end
 --- version (default "v21.0"), verbose (log every request), port, config (a
 --- table as fake:config takes, kept across resets: e.g.
 --- { require_appsecret_proof = true } for "Require App Secret").
---- Returns { url, graph_url, port, pid, log_path, version } with the methods above.
+--- Returns { url, graph_url, port, pid, log_path, version, https_url, https_port,
+--- ca_file } with the methods above.
 function M.start(opts)
   opts = opts or {}
   local port = opts.port or stack.free_port()
@@ -314,7 +346,7 @@ function M.start(opts)
   fake.graph_url = fake.url .. "/" .. version
 
   local argv = { "python3", stack.repo_root() .. "/spec/support/fake_graph.py",
-    "--port", tostring(port), "--version", version }
+    "--port", tostring(port), "--version", version, "--https-port", "0", "--tls-dir", base .. "-tls" }
   local function opt(flag, value)
     if value ~= nil then
       argv[#argv + 1] = flag
@@ -352,6 +384,9 @@ function M.start(opts)
     end
     stack.sleep(0.05)
   end
+  local tls = fake:tls()
+  fake.https_port, fake.ca_file = math.tointeger(tls.https_port), tls.ca_file
+  fake.https_url = "https://127.0.0.1:" .. fake.https_port
   return fake
 end
 

@@ -51,7 +51,8 @@ Control API (JSON bodies; answers JSON; errors {"error":{"message",...}} with 4x
   GET    /_fake/requests[?since=&path=&method=], DELETE /_fake/requests
                                        {"data":[{"seq","time","method","path","version","params",
                                                  "account","auth","status","outcome",...}]}
-  GET    /_fake/assets/<name>          images to publish by URL (see asset())
+  GET    /_fake/assets/<name>          images to publish by URL (see asset()); over https
+                                       too with --https-port (fake_graph_tls.py)
   POST   /_fake/instagram/quota        {"account","used"} -> {"account","quota_usage","quota_total",
                                        "quota_duration"}: makes the account's usage in the
                                        current window `used` by counting publishes made
@@ -1541,6 +1542,13 @@ class Handler(BaseHTTPRequestHandler):
         params = dict(urllib.parse.parse_qsl(split.query, keep_blank_values=True))
         try:
             if name.startswith("assets/") and self.command in ("GET", "HEAD"):
+                if getattr(self.server, "is_tls", False):
+                    fake_graph_tls.record_request(self.path)
+                if "delay_ms" in params:
+                    time.sleep(min(60000, max(0, int(params["delay_ms"] or 0))) / 1000.0)
+                if name == "assets/redirect":
+                    self.send(Response(302, b"", "text/plain; charset=utf-8", {"Location": params.get("to", self.path)}))
+                    return
                 found = asset(name[len("assets/"):], params)
                 if found is None:
                     self.send(Response(404, b"not found\n", "text/plain; charset=utf-8"))
@@ -1662,6 +1670,7 @@ class Server(ThreadingHTTPServer):
 import fake_graph_comments; fake_graph_comments.install(sys.modules[__name__])  # noqa: E402,E702 comments, Meta webhooks
 import fake_graph_oauth; fake_graph_oauth.install(sys.modules[__name__])  # noqa: E402,E702 Facebook Login: dialog, tokens, /me
 import fake_graph_subscriptions; fake_graph_subscriptions.install(sys.modules[__name__])  # noqa: E402,E702 webhook subscriptions, appsecret_proof
+import fake_graph_tls; fake_graph_tls.install(sys.modules[__name__])  # noqa: E402,E702 https port for assets
 import fake_graph_tokens; fake_graph_tokens.install(sys.modules[__name__])  # noqa: E402,E702 debug_token, permissions, signed_request (last)
 
 
@@ -1675,6 +1684,8 @@ def main(argv=None):
     ap.add_argument("--ig-quota", type=int, default=DEFAULT_CONFIG["ig_quota"])
     ap.add_argument("--verbose", action="store_true", help="log every request to stderr")
     ap.add_argument("--config", help="a JSON object of settings, as POST /_fake/config takes; kept across resets")
+    ap.add_argument("--https-port", type=int, help="also serve over TLS on this port (0: a free one)")
+    ap.add_argument("--tls-dir", help="where the https port's certificate is made (with --https-port)")
     args = ap.parse_args(argv)
 
     config = dict(DEFAULT_CONFIG, latency_ms=args.latency_ms,
@@ -1692,6 +1703,8 @@ def main(argv=None):
         raise KeyboardInterrupt
     signal.signal(signal.SIGTERM, stop)
 
+    if args.https_port is not None:
+        fake_graph_tls.serve(server.app, args.host, args.https_port, args.tls_dir or ".")
     print("fake-graph listening on %d" % server.server_address[1], flush=True)
     try:
         server.serve_forever(poll_interval=0.2)
