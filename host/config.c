@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 typedef enum { CT_STRING, CT_INT, CT_NUM, CT_BOOL } config_type;
 
@@ -136,12 +137,39 @@ static char *trim(char *s) {
     return s;
 }
 
+/* Whether a setting from an operator's file is a secret: a key, a token, or
+ * a connection string with a password in it (URL user information or
+ * libpq's password=). */
+static int holds_secret(const char *key, const char *value) {
+    static const char *const secret_keys[] = { "crypto.encryption_key", "meta.app_secret", "admin.token" };
+    if (!*value) return 0;
+    for (size_t i = 0; i < sizeof secret_keys / sizeof *secret_keys; i++)
+        if (strcmp(key, secret_keys[i]) == 0) return 1;
+    if (strcmp(key, "database.url") && strcmp(key, "redis.url")) return 0;
+    if (strstr(value, "password=")) return 1;
+    const char *auth = strstr(value, "://");
+    if (!auth) return 0;
+    auth += 3;
+    size_t n = strcspn(auth, "/?#");
+    const char *at = memchr(auth, '@', n);
+    return at && memchr(auth, ':', (size_t)(at - auth)) != NULL;
+}
+
 int config_load_file(const char *path, int defaults, char *err, size_t errlen) {
     FILE *f = fopen(path, "r");
     if (!f) {
         snprintf(err, errlen, "cannot read configuration file %s: %s", path, strerror(errno));
         return -1;
     }
+    /* An operator's file that others on the machine can read must not hold
+     * secrets: refused below once one is seen. */
+    struct stat st;
+    if (fstat(fileno(f), &st)) {
+        snprintf(err, errlen, "cannot stat configuration file %s: %s", path, strerror(errno));
+        fclose(f);
+        return -1;
+    }
+    int shared = !defaults && (st.st_mode & (S_IRWXG | S_IRWXO));
     char line[4096];
     int lineno = 0, rc = 0;
     while (fgets(line, sizeof line, f)) {
@@ -156,6 +184,14 @@ int config_load_file(const char *path, int defaults, char *err, size_t errlen) {
         }
         *eq = 0;
         char *key = trim(s), *value = trim(eq + 1);
+        if (shared && holds_secret(key, value)) {
+            snprintf(err, errlen,
+                     "%s:%d: %s is a secret, and the file is readable by group or others (mode %03o): "
+                     "run chmod 600 %s",
+                     path, lineno, key, (unsigned)(st.st_mode & 0777), path);
+            rc = -1;
+            break;
+        }
         char sub[512];
         int r = defaults ? add_default(key, value, sub, sizeof sub) : config_set(key, value, sub, sizeof sub);
         if (r) {

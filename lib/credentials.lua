@@ -219,17 +219,34 @@ end
 
 M.encryption_key = secrets.key
 
+-- A client's webhook signing secret is sealed with the client's id as
+-- associated data, so a value copied to another client's row does not open.
+function M.seal_webhook_secret(client_id, secret)
+  return secrets.seal(secret, client_id)
+end
+
+-- The secret in clear, or nil and why. Secrets sealed before they were bound
+-- to their row (no associated data) still open; `rebound` is then the value
+-- sealed again with the binding, for the caller to store in place.
+function M.open_webhook_secret(client_id, sealed)
+  local plain, err = secrets.open(sealed, client_id)
+  if plain then return plain end
+  plain = secrets.open(sealed)
+  if not plain then return nil, err end
+  return plain, secrets.seal(plain, client_id)
+end
+
 -- Creates a client with its key and secrets. Returns the secrets (shown
 -- once) or nil, err.
 function M.create_client(opts)
+  local client_id = M.new_id("cli_")
   local webhook_secret, webhook_secret_enc
   if opts.webhook_url then
     local err
     webhook_secret = M.new_webhook_secret()
-    webhook_secret_enc, err = secrets.seal(webhook_secret)
+    webhook_secret_enc, err = M.seal_webhook_secret(client_id, webhook_secret)
     if not webhook_secret_enc then return nil, err end
   end
-  local client_id = M.new_id("cli_")
   local api_key = M.new_api_key(opts.environment)
   local secret = M.new_client_secret(opts.environment)
   local ok, err = pcall(db.transaction, function()

@@ -64,14 +64,33 @@ function M.find_upload(client, upload_id)
   return rows[1]
 end
 
+-- Inside the transaction that stores an upload of `size` bytes: raises 413
+-- when the company's uploads (both environments) would then exceed
+-- uploads.company_quota_bytes (0: no quota). Uploads of one company are
+-- counted one at a time (a transaction-scoped lock), so two at once cannot
+-- both fit in the last free bytes.
+function M.reserve_quota(company_id, size)
+  local quota = config.get("uploads.company_quota_bytes")
+  if quota <= 0 then return end
+  assert(db.query("SELECT pg_advisory_xact_lock(hashtextextended('sgw.uploads.quota:' || $1, 0))", company_id))
+  local used = tonumber(assert(db.query(
+    "SELECT coalesce(sum(size_bytes), 0)::bigint AS used FROM uploads WHERE company_id = $1", company_id))[1].used)
+  if used + size > quota then
+    require("problem").raise(413, "payload_too_large", ("This image (%d bytes) would take your company's uploads "
+      .. "past their quota: %d of %d bytes are in use. Uploads no post uses are deleted %d days after they were "
+      .. "made; reuse an uploaded image by its uploadId, or ask the operator for a larger quota.")
+      :format(size, used, quota, config.get("retention.uploads_days")))
+  end
+end
+
 -- The bytes and type of an upload by id alone, for the signed URL handler:
 -- {mime_type, bytes} or nil. Raises when PostgreSQL fails.
 function M.read(upload_id)
   if type(upload_id) ~= "string" or not upload_id:match(ID_PATTERN) then return nil end
   -- bytea leaves as base64 text (the binding speaks text); PostgreSQL breaks
   -- its base64 into lines, which the decoder does not accept.
-  local rows = assert(db.query([[SELECT mime_type, translate(encode(data, 'base64'), E'\n', '') AS data
-      FROM uploads WHERE id = $1]], upload_id))
+  local rows = assert(db.query([[SELECT u.mime_type, translate(encode(b.data, 'base64'), E'\n', '') AS data
+      FROM uploads u JOIN upload_bytes b ON b.upload_id = u.id WHERE u.id = $1]], upload_id))
   local row = rows[1]
   if not row then return nil end
   local bytes = crypto.base64_decode(row.data)

@@ -47,6 +47,12 @@ function M.create(company_id, email, password)
   return id
 end
 
+-- The id of the user with this (normalised) email, or nil.
+function M.find_by_email(email)
+  local row = assert(db.query("SELECT id FROM users WHERE email = $1", email))[1]
+  return row and row.id
+end
+
 -- Verified against when the email is unknown, so that an unknown email
 -- costs the same time as a wrong password and timing tells nothing.
 local dummy_hash

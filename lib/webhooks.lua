@@ -6,7 +6,6 @@
 local credentials = require "credentials"
 local jobs = require "jobs"
 local json = require "json"
-local secrets = require "secrets"
 
 local M = {}
 
@@ -25,6 +24,26 @@ end
 function M.signature(secret, id, timestamp, body)
   local key = assert(crypto.base64_decode(secret:sub(#"whsec_" + 1)), "malformed webhook secret")
   return "v1," .. crypto.base64_encode(crypto.hmac_sha256(key, id .. "." .. timestamp .. "." .. body))
+end
+
+-- What tenants see of an attempt that got no answer (the API Clients page
+-- shows it beside the status code of one that did): the class of failure
+-- only. The transport's own text would tell them which ports answer
+-- on an address they could not reach otherwise; it goes to the log only.
+local REASONS = { forbidden = "destination not allowed", timeout = "timed out", too_large = "response too large" }
+function M.failure_reason(res, kind)
+  if res then return nil end -- the status code says it
+  return REASONS[kind] or "connection failed"
+end
+
+-- scheme://host:port of a URL, for logs: the path and query may carry the
+-- tenant's own tokens, and so may user information.
+function M.origin(url)
+  local scheme, authority = tostring(url):match("^(%a[%w+.-]*)://([^/?#]*)")
+  if not scheme then return "?" end
+  scheme, authority = scheme:lower(), authority:gsub("^.*@", "")
+  if not authority:match(":%d+$") then authority = authority .. (scheme == "https" and ":443" or ":80") end
+  return scheme .. "://" .. authority:lower()
 end
 
 -- Seconds until the next attempt after failed attempt number `attempt` of an
@@ -99,10 +118,16 @@ function M.deliver(event_id, attempt)
   end
   -- A secret that cannot be read is an operator's problem (wrong
   -- crypto.encryption_key): raise, so the job is tried again later.
-  local secret = assert(secrets.open(ev.webhook_secret_enc))
+  local secret, rebound = credentials.open_webhook_secret(ev.client_id, ev.webhook_secret_enc)
+  if not secret then error(rebound, 0) end
+  if rebound then
+    -- Only if the row still holds what was read: a new URL brings its own secret.
+    assert(db.exec("UPDATE api_clients SET webhook_secret_enc = $3 WHERE id = $1 AND webhook_secret_enc = $2",
+      ev.client_id, ev.webhook_secret_enc, rebound))
+  end
   local timestamp = tostring(math.floor(clock.now()))
   local started = clock.mono_ms()
-  local res, err = http.request({
+  local res, err, kind = http.request({
     method = "POST",
     url = ev.webhook_url,
     body = ev.body,
@@ -117,7 +142,7 @@ function M.deliver(event_id, attempt)
     -- name that was public at registration may point inside now (DNS rebinding).
     deny_private_addresses = not config.get("webhooks.allow_private_targets"),
   })
-  local r = { status_code = res and res.status, error = err and err:sub(1, 500),
+  local r = { status_code = res and res.status, error = M.failure_reason(res, kind),
     duration_ms = math.floor(clock.mono_ms() - started) }
   if res and res.status >= 200 and res.status <= 299 then
     r.outcome = "delivered"
@@ -130,7 +155,8 @@ function M.deliver(event_id, attempt)
   record(ev, attempt, r)
   metrics.inc("sgw_webhook_deliveries_total", { outcome = r.outcome })
 
-  fields.url, fields.status, fields.error, fields.durationMs = ev.webhook_url, r.status_code, r.error, r.duration_ms
+  fields.origin, fields.status, fields.error, fields.durationMs = M.origin(ev.webhook_url), r.status_code, r.error, r.duration_ms
+  fields.detail = err and err:sub(1, 300)
   if r.outcome == "delivered" then
     log.debug("webhook_delivered", fields)
   elseif r.outcome == "gone" then
@@ -152,8 +178,7 @@ function M.set_endpoint(client_id, url)
   local secret, enc, err
   if url then
     secret = credentials.new_webhook_secret()
-    -- Sealed as credentials.create_client seals it (no associated data).
-    enc, err = secrets.seal(secret)
+    enc, err = credentials.seal_webhook_secret(client_id, secret)
     if not enc then return nil, err end
   end
   local rows = assert(db.query([[UPDATE api_clients SET webhook_url = $2, webhook_secret_enc = $3,

@@ -9,8 +9,8 @@ local multipart = require "multipart"
 local media = require "media"
 
 local INSERT = [[INSERT INTO uploads
-    (id, company_id, environment, client_id, mime_type, size_bytes, width, height, sha256, data)
-  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, decode($10, 'base64'))
+    (id, company_id, environment, client_id, mime_type, size_bytes, width, height, sha256)
+  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
   RETURNING ]] .. media.COLUMNS
 
 return function(req, ctx)
@@ -42,8 +42,14 @@ return function(req, ctx)
   end
 
   local c = ctx.client
-  local row = assert(db.query(INSERT, "upl_" .. crypto.random_token(24), c.company_id, c.environment, c.client_id,
-    image.mime_type, #bytes, image.width, image.height, crypto.sha256_hex(bytes), crypto.base64_encode(bytes)))[1]
+  local row
+  db.transaction(function()
+    media.reserve_quota(c.company_id, #bytes)
+    row = assert(db.query(INSERT, "upl_" .. crypto.random_token(24), c.company_id, c.environment, c.client_id,
+      image.mime_type, #bytes, image.width, image.height, crypto.sha256_hex(bytes)))[1]
+    assert(db.exec("INSERT INTO upload_bytes (upload_id, data) VALUES ($1, decode($2, 'base64'))",
+      row.id, crypto.base64_encode(bytes)))
+  end)
   log.info("upload_created", { requestId = req.id, uploadId = row.id, mimeType = row.mime_type,
     declaredType = declared, sizeBytes = row.size_bytes })
   return 201, {

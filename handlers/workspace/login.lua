@@ -1,6 +1,7 @@
 -- GET /workspace/login: the form; POST: signs in. Every failure reads the
--- same ("email or password is wrong"); attempts are limited per email and
--- per address (lib/workspace/login_limit.lua).
+-- same ("email or password is wrong"); wrong passwords wait longer and longer
+-- per (email, address), and attempts are limited per address
+-- (lib/workspace/login_limit.lua).
 local web = require "workspace.web"
 local users = require "users"
 local limit = require "workspace.login_limit"
@@ -25,14 +26,14 @@ return web.public(function(w)
     return form(w, {})
   end
   local f = w.form
-  local email = users.check_email(f.email) or ""
-  local wait = limit.attempt(w.req.remote_addr) or (email ~= "" and limit.email_blocked(email))
+  local email, address = users.check_email(f.email) or "", w.req.remote_addr
+  local wait = limit.attempt(address) or (email ~= "" and limit.blocked(email, address))
   if wait then return too_many(w, f.email, wait) end
   local user = users.authenticate(f.email, f.password)
   if not user then
-    if email ~= "" then limit.failed(email) end
+    if email ~= "" then limit.failed(email, address) end
     return form(w, { email = f.email, next = f.next, error = WRONG }, 401)
   end
-  limit.succeeded(email)
+  limit.succeeded(email, address)
   return w:sign_in(user, f.next)
 end)

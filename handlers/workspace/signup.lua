@@ -1,13 +1,22 @@
--- GET /workspace/signup: the form; POST: a new company, its first user, and
--- that user signed in.
+-- GET /workspace/signup: the form; POST: a new company and its first user.
+--
+-- The answer never tells whether the email already had an account: a new
+-- one and a taken one both get "Sign-up received, now sign in" (the same
+-- 303 to the sign-in page, no session). For a taken email nothing is
+-- created and nothing changes; only the log says so. Taken emails are found
+-- before the password is hashed, so they cost no Argon2id; sign-ups are
+-- limited per address (lib/workspace/login_limit.lua).
 local web = require "workspace.web"
 local users = require "users"
 local companies = require "companies"
+local limit = require "workspace.login_limit"
 
-local function form(w, values, status)
+local RECEIVED = "/workspace/login?notice=signed_up"
+
+local function form(w, values, status, headers)
   values.title = "Sign up"
   values.min_password = users.MIN_PASSWORD
-  return w:render("signup", values, status)
+  return w:render("signup", values, status, headers)
 end
 
 return web.public(function(w)
@@ -22,20 +31,36 @@ return web.public(function(w)
   if not ok then errors.password = pwhy end
   if next(errors) then return form(w, { company = company, email = f.email, errors = errors }, 422) end
 
-  local user
+  local wait = limit.signup(w.req.remote_addr)
+  if wait then
+    local minutes = math.max(1, math.ceil(wait / 60))
+    return form(w, { company = company, email = f.email, error = "Too many sign-ups from this address. Wait "
+      .. minutes .. (minutes == 1 and " minute" or " minutes") .. " and try again." }, 429,
+      { ["Retry-After"] = tostring(wait) })
+  end
+
+  local existing = users.find_by_email(email)
+  if existing then
+    log.info("workspace_signup_email_taken", { requestId = w.req.id, userId = existing })
+    return w:redirect(RECEIVED)
+  end
   local done, err = pcall(db.transaction, function()
     local company_id = assert(companies.create(company))
     local id, uwhy, field = users.create(company_id, email, f.password)
     if not id then error({ field = field, message = uwhy }, 0) end
-    user = { id = id, company_id = company_id }
+    log.info("workspace_signup", { requestId = w.req.id, userId = id, companyId = company_id })
   end)
   if not done then
-    if type(err) == "table" and err.field then
-      errors[err.field] = err.field == "email" and (err.message .. " Sign in instead, or use another email.")
-        or err.message
+    -- Taken between the check and the insert: the same answer as above.
+    if type(err) == "table" and err.field == "email" then
+      log.info("workspace_signup_email_taken", { requestId = w.req.id })
+      return w:redirect(RECEIVED)
+    end
+    if type(err) == "table" then
+      errors[err.field] = err.message
       return form(w, { company = company, email = f.email, errors = errors }, 422)
     end
     error(err, 0)
   end
-  return w:sign_in(user, "/workspace/connections")
+  return w:redirect(RECEIVED)
 end)

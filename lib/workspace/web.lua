@@ -43,6 +43,7 @@ local HEADERS = {
 -- carries is ever shown as text.
 local NOTICES = {
   signed_out = "You are signed out.",
+  signed_up = "Sign-up received. Sign in with the email and password you chose.",
   client_revoked = "The API client is revoked: its keys and access tokens stopped working.",
   account_disconnected = "The account is disconnected: new posts to it fail with account_disconnected. Its history stays.",
   test_page_added = "Test page added. Publish to it with a sandbox API key (sgk_test_...).",

@@ -231,14 +231,96 @@ describe("events", function()
     assert.matches("private", out)
     code = sgw:command({ "client", "set-webhook", "--client", c.clientId, "--url", r.hook })
     assert.are.equal(2, code)
+    -- Other spellings of the loopback address are the loopback address.
+    local port = r.hook:match("^http://[^/]+:(%d+)/")
+    for _, host in ipairs { "127.1", "2130706433", "0x7f000001", "0177.0.0.1", "0x7f.0.0.1", "127.0.0.1." } do
+      code, out = sgw:command({ "client", "set-webhook", "--client", c.clientId,
+        "--url", "http://" .. host .. ":" .. port .. "/hook" })
+      assert.are.equal(2, code, host)
+      assert.matches("private, loopback or reserved address %(127%.0%.0%.1%)", out)
+    end
 
     publish(c.apiKey)
     stack.eventually(function()
       return sql("SELECT count(*) FROM webhook_deliveries WHERE client_id = '" .. c.clientId .. "'") ~= "0"
     end, 30, 0.1, "a refused attempt to be recorded")
-    assert.are.equal("failed||destination address not allowed", sql("SELECT outcome || '|' || "
+    assert.are.equal("failed||destination not allowed", sql("SELECT outcome || '|' || "
       .. "coalesce(status_code::text, '') || '|' || error FROM webhook_deliveries WHERE client_id = '"
       .. c.clientId .. "' ORDER BY attempt LIMIT 1"))
     assert.are.equal(0, #r.deliveries())
+    -- The specs below send to loopback receivers again.
+    assert(sgw:stop())
+    sgw = stack.start_sgw { name = "events-again", database_url = sgw.database_url, set = settings() }
+  end)
+
+  it("tells tenants only the class of a failure, and logs the endpoint's origin, never its path", function()
+    -- A port nothing listens on, and a URL that carries the tenant's token.
+    local closed = stack.free_port()
+    local c = new_client("http://127.0.0.1:" .. closed .. "/hooks/in?token=tenant-secret-17")
+    publish(c.apiKey)
+    stack.eventually(function()
+      return sql("SELECT count(*) FROM webhook_deliveries WHERE client_id = '" .. c.clientId .. "'") ~= "0"
+    end, 30, 0.1, "a failed attempt to be recorded")
+    assert.are.equal("failed||connection failed", sql("SELECT outcome || '|' || "
+      .. "coalesce(status_code::text, '') || '|' || error FROM webhook_deliveries WHERE client_id = '"
+      .. c.clientId .. "' ORDER BY attempt LIMIT 1"))
+    local line = stack.eventually(function()
+      for l in sgw:log():gmatch("[^\n]+") do
+        if l:find("webhook_delivery_failed", 1, true) and l:find(c.clientId, 1, true) then return l end
+      end
+    end, 10, 0.1, "the failed delivery's log line")
+    assert.matches("http://127.0.0.1:" .. closed, line, 1, true)
+    assert.is_nil(line:find("tenant-secret-17", 1, true))
+    assert.is_nil(line:find("/hooks/in", 1, true))
+    assert.is_nil(sgw:log():find("tenant-secret-17", 1, true))
+    sql("UPDATE api_clients SET revoked_at = now() WHERE id = '" .. c.clientId .. "'")
+  end)
+
+  it("binds a webhook secret to its client: copied to another client it does not open", function()
+    local r = start_receiver()
+    local a = new_client(r.hook)
+    local b = new_client(r.hook)
+    r.config({ secret = b.webhookSecret })
+    -- b's row now holds a's sealed secret: b's deliveries cannot be signed.
+    sql("UPDATE api_clients SET webhook_secret_enc = (SELECT webhook_secret_enc FROM api_clients WHERE id = '"
+      .. a.clientId .. "') WHERE id = '" .. b.clientId .. "'")
+    publish(b.apiKey)
+    stack.eventually(function()
+      return sgw:log():find("does not decrypt", 1, true)
+    end, 30, 0.1, "the delivery to fail on the secret")
+    assert.are.equal(0, #r.deliveries())
+    assert.are.equal("0", sql("SELECT count(*) FROM webhook_deliveries WHERE client_id = '" .. b.clientId .. "'"))
+    sql("UPDATE api_clients SET revoked_at = now() WHERE id = '" .. b.clientId .. "'")
+  end)
+
+  it("keeps delivering with a secret sealed before the binding, and seals it again bound", function()
+    local r = start_receiver()
+    local c = new_client(r.hook)
+    r.config({ secret = c.webhookSecret })
+    -- What earlier versions stored: AES-256-GCM without associated data.
+    local code, legacy = stack.sh("python3 -c " .. stack.shell_quote([[
+import base64, os, sys
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+key, nonce = base64.b64decode(sys.argv[1]), os.urandom(12)
+print(base64.b64encode(nonce + AESGCM(key).encrypt(nonce, sys.argv[2].encode(), None)).decode())
+]]) .. " " .. stack.shell_quote(stack.ENCRYPTION_KEY) .. " " .. stack.shell_quote(c.webhookSecret))
+    assert.are.equal(0, code, legacy)
+    legacy = legacy:gsub("%s+$", "")
+    sql("UPDATE api_clients SET webhook_secret_enc = '" .. legacy .. "' WHERE id = '" .. c.clientId .. "'")
+    publish(c.apiKey)
+    local d = wait_deliveries(r, 1)[1]
+    assert.is_true(d.verified, d.reason)
+    local now = sql("SELECT webhook_secret_enc FROM api_clients WHERE id = '" .. c.clientId .. "'")
+    assert.are_not.equal(legacy, now)
+    -- Bound now: copied to another client's row it no longer opens there.
+    local other = new_client(r.hook)
+    sql("UPDATE api_clients SET webhook_secret_enc = '" .. now .. "' WHERE id = '" .. other.clientId .. "'")
+    local function refusals() return select(2, sgw:log():gsub("does not decrypt", "")) end
+    local before = refusals()
+    publish(other.apiKey)
+    stack.eventually(function() return refusals() > before end, 30, 0.1, "the copied secret to be refused")
+    assert.are.equal(1, #r.deliveries())
+    -- Its job would keep trying: a revoked client's events are dropped.
+    sql("UPDATE api_clients SET revoked_at = now() WHERE id = '" .. other.clientId .. "'")
   end)
 end)

@@ -544,6 +544,43 @@ describe("configuration", function()
     assert.truthy(out:find("override.conf:1", 1, true), out)
   end)
 
+  it("refuses a config file that others can read once it holds a secret, and says what to run", function()
+    local dir = stack.build_dir() .. "/test-roots"
+    os.execute("mkdir -p " .. stack.shell_quote(dir))
+    local function write(name, text, mode)
+      local path = dir .. "/" .. name
+      local f = assert(io.open(path, "w"))
+      f:write(text)
+      f:close()
+      assert(os.execute("chmod " .. mode .. " " .. stack.shell_quote(path)))
+      return path
+    end
+    local secrets = {
+      ["crypto.encryption_key"] = "crypto.encryption_key = " .. stack.ENCRYPTION_KEY .. "\n",
+      ["meta.app_secret"] = "meta.app_secret = 0123456789abcdef\n",
+      ["database.url"] = "database.url = postgresql://sgw:hunter2@db.internal/sgw\n",
+      ["redis.url"] = "redis.url = redis://:hunter2@cache.internal:6379/0\n",
+    }
+    for key, text in pairs(secrets) do
+      for _, mode in ipairs { "644", "640", "604" } do
+        local path = write("secret-" .. mode .. ".conf", "log.level = warn\n" .. text, mode)
+        local code, out = run("check --config " .. stack.shell_quote(path))
+        assert.are.equal(2, code, key .. " " .. mode .. ": " .. out)
+        assert.truthy(out:find(key, 1, true), out)
+        assert.truthy(out:find("chmod 600 " .. path, 1, true), out)
+        assert.is_nil(out:find("hunter2", 1, true), out)
+      end
+      local path = write("secret-600.conf", "log.level = warn\n" .. text, "600")
+      local code, out = run("check --config " .. stack.shell_quote(path))
+      assert.are.equal(0, code, key .. ": " .. out)
+    end
+    -- No secret, or a connection string without a password: any mode will do.
+    local path = write("plain.conf", "log.level = warn\ndatabase.url = postgresql://sgw@db.internal/sgw\n"
+      .. "meta.app_secret =\n", "644")
+    local code, out = run("check --config " .. stack.shell_quote(path))
+    assert.are.equal(0, code, out)
+  end)
+
   it("applies migrations once when three instances migrate at the same moment", function()
     local url = stack.fresh_database("migrate3")
     local binary = stack.shell_quote(stack.build_dir() .. "/sgw")

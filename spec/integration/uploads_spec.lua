@@ -125,7 +125,8 @@ describe("uploads", function()
     assert.are.equal(1350, u.height)
     assert.are.equal(sha256_hex(jpeg), u.sha256)
     assert.matches("^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d%.%d%d%dZ$", u.createdAt)
-    local row = stack.psql(sgw.database_url, "SELECT encode(sha256(data), 'hex') || ' ' || environment FROM uploads WHERE id = '"
+    local row = stack.psql(sgw.database_url, "SELECT encode(sha256(b.data), 'hex') || ' ' || u.environment FROM uploads u "
+      .. "JOIN upload_bytes b ON b.upload_id = u.id WHERE u.id = '"
       .. u.uploadId .. "'")
     assert.are.equal(u.sha256 .. " test", row)
   end)
@@ -328,5 +329,144 @@ describe("uploads", function()
       assert.matches("crypto.encryption_key", p.error, 1, true)
       assert.are.equal(404, (keyless:request("GET", url:sub(#sgw.base_url + 1))))
     end)
+  end)
+end)
+
+describe("upload quota, storage and retention", function()
+  local sgw
+
+  local function start(db, extra)
+    local set = { ["lua.root"] = make_root(), ["crypto.encryption_key"] = ENCRYPTION_KEY,
+      ["api.rate_limit.per_minute"] = 100000 }
+    for k, v in pairs(extra or {}) do set[k] = v end
+    return stack.start_sgw { name = "uploads-quota", database_url = db, set = set }
+  end
+
+  local function key(inst, company, scopes)
+    return cli(inst, { "client", "create", "--company", company, "--environment", "test",
+      "--scopes", scopes or "uploads:write" }).apiKey
+  end
+
+  local function upload(inst, k, bytes)
+    return inst:request("POST", "/api/v1/uploads", { headers = { ["X-Api-Key"] = k }, body = bytes })
+  end
+
+  teardown(function() stack.cleanup() end)
+
+  it("refuses the upload that would take a company past its quota, and only that company", function()
+    local jpeg = img.jpeg(64, 64)
+    sgw = start(nil, { ["uploads.company_quota_bytes"] = #jpeg * 2 + 10 })
+    local a = cli(sgw, { "company", "create", "--name", "Quota A" }).companyId
+    local b = cli(sgw, { "company", "create", "--name", "Quota B" }).companyId
+    local ka, kb = key(sgw, a), key(sgw, b)
+    assert.are.equal(201, (upload(sgw, ka, jpeg)))
+    assert.are.equal(201, (upload(sgw, ka, img.jpeg(64, 64))))
+    local st, body, h = upload(sgw, ka, jpeg)
+    assert.are.equal(413, st)
+    local p = problem(st, body, h, "payload_too_large")
+    assert.matches(("(%d bytes)"):format(#jpeg), p.detail, 1, true)
+    assert.matches(("%d of %d bytes are in use"):format(#jpeg * 2, #jpeg * 2 + 10), p.detail, 1, true)
+    assert.are.equal("2", stack.psql(sgw.database_url, "SELECT count(*) FROM uploads u JOIN api_clients c "
+      .. "ON c.id = u.client_id WHERE c.company_id = '" .. a .. "'"))
+    -- Another company has its own quota; the live environment shares A's.
+    assert.are.equal(201, (upload(sgw, kb, jpeg)))
+    local live = cli(sgw, { "client", "create", "--company", a, "--environment", "live", "--scopes", "uploads:write" })
+    assert.are.equal(413, (upload(sgw, live.apiKey, jpeg)))
+    assert(sgw:stop())
+  end)
+
+  it("moves the bytes of existing uploads out of the uploads table, and still serves them", function()
+    -- A database as the previous version left it: migrations up to 0017.
+    local db = stack.fresh_database("uploads_migrate")
+    local old_root = stack.build_dir() .. "/test-roots/" .. stack.unique_name("old-migrations")
+    local repo = stack.repo_root()
+    local code, out = stack.sh("mkdir -p " .. stack.shell_quote(old_root .. "/migrations") .. " && cp -r "
+      .. stack.shell_quote(repo .. "/config") .. " " .. stack.shell_quote(old_root) .. "/ && for f in "
+      .. stack.shell_quote(repo .. "/migrations") .. "/*.sql; do n=$(basename \"$f\"); [ \"$n\" \\< 0018 ] && "
+      .. "cp \"$f\" " .. stack.shell_quote(old_root .. "/migrations") .. "/; done; cd " .. stack.shell_quote(old_root)
+      .. " && SGW_ROOT=" .. stack.shell_quote(old_root) .. " " .. stack.shell_quote(stack.build_dir() .. "/sgw")
+      .. " migrate --set database.url=" .. stack.shell_quote(db))
+    assert.are.equal(0, code, out)
+    assert.is_nil(out:find("0020", 1, true), out)
+    local bytes = img.jpeg(40, 30, { app = img.jpeg_segment(0xE1, "\0\1\2\r\n\255" .. string.rep("x", 3000)) })
+    local hex = bytes:gsub(".", function(c) return ("%02x"):format(c:byte()) end)
+    stack.psql(db, [[INSERT INTO companies (id, name) VALUES ('cmp_old', 'Old');
+      INSERT INTO api_clients (id, company_id, environment, name, scopes, secret_hash)
+        VALUES ('cli_old', 'cmp_old', 'test', 'old', '{uploads:write}', 'x');
+      INSERT INTO uploads (id, company_id, environment, client_id, mime_type, size_bytes, width, height, sha256, data)
+        VALUES ('upl_oldupload0000000000000000000000', 'cmp_old', 'test', 'cli_old', 'image/jpeg', ]] .. #bytes
+      .. [[, 40, 30, 'x', decode(']] .. hex .. [[', 'hex'))]])
+
+    sgw = start(db) -- migrates to the current version
+    assert.are.equal("0", stack.psql(db, "SELECT count(*) FROM information_schema.columns "
+      .. "WHERE table_name = 'uploads' AND column_name = 'data'"))
+    local k = key(sgw, "cmp_old")
+    local status, p = sgw:json("GET", "/test/media/upl_oldupload0000000000000000000000",
+      { headers = { ["X-Api-Key"] = k } })
+    assert.are.equal(200, status)
+    local fetched_status, body, headers = stack.request("GET", p.url)
+    assert.are.equal(200, fetched_status)
+    assert.are.equal(bytes, body)
+    assert.are.equal("image/jpeg", headers["content-type"])
+  end)
+
+  it("deletes what is past its retention, in batches, and keeps the rest", function()
+    assert(sgw:stop())
+    sgw = start(sgw.database_url, { ["retention.interval_seconds"] = 1, ["retention.batch_size"] = 2,
+      ["retention.uploads_days"] = 30, ["retention.events_days"] = 30, ["retention.meta_deliveries_days"] = 30,
+      ["retention.oauth_tokens_days"] = 7 })
+    local db = sgw.database_url
+    local company = cli(sgw, { "company", "create", "--name", "Retention" }).companyId
+    local c = cli(sgw, { "client", "create", "--company", company, "--environment", "test",
+      "--scopes", "uploads:write posts:write posts:read sandbox:write accounts:read" })
+    local ids = {}
+    for i = 1, 4 do
+      local st, body = upload(sgw, c.apiKey, img.jpeg(16 + i, 16))
+      assert.are.equal(201, st, body)
+      ids[i] = cjson.decode(body).uploadId
+    end
+    -- Upload 1 is old and used by a post; 2 and 3 are old and unused; 4 is new.
+    local _, acc = sgw:json("POST", "/api/v1/sandbox/accounts", { headers = { ["X-Api-Key"] = c.apiKey },
+      body = { platform = "facebook", name = "Retention page" } })
+    local st, post = sgw:json("POST", "/api/v1/posts", { headers = { ["X-Api-Key"] = c.apiKey,
+      ["Idempotency-Key"] = "retention-" .. math.random(1, 1e9) }, body = {
+      targets = { { socialAccountId = acc.id, platform = "facebook" } },
+      content = { type = "image", message = "kept" }, media = { { source = "upload", uploadId = ids[1] } },
+      publishing = { mode = "scheduled", scheduledAt = os.date("!%Y-%m-%dT%H:%M:%SZ", os.time() + 300 * 86400) } } })
+    assert.are.equal(202, st, cjson.encode(post))
+    local cid = c.clientId
+    stack.psql(db, "UPDATE uploads SET created_at = now() - interval '31 days' WHERE id IN ('"
+      .. ids[1] .. "', '" .. ids[2] .. "', '" .. ids[3] .. "');"
+      .. "INSERT INTO access_tokens (token_hash, client_id, company_id, environment, scopes, expires_at) VALUES "
+      .. "('old-token', '" .. cid .. "', '" .. company .. "', 'test', '{}', now() - interval '8 days'),"
+      .. "('recent-token', '" .. cid .. "', '" .. company .. "', 'test', '{}', now() - interval '6 days'),"
+      .. "('live-token', '" .. cid .. "', '" .. company .. "', 'test', '{}', now() + interval '1 hour');"
+      .. "INSERT INTO meta_webhook_deliveries (body, received_at, processed_at) VALUES "
+      .. "('old', now() - interval '31 days', now() - interval '31 days'),"
+      .. "('recent', now() - interval '29 days', now() - interval '29 days'),"
+      .. "('old-unprocessed', now() - interval '40 days', NULL);"
+      .. "INSERT INTO events (id, company_id, environment, client_id, type, data, created_at) VALUES "
+      .. "('evt_old1', '" .. company .. "', 'test', '" .. cid .. "', 't', '{}', now() - interval '31 days'),"
+      .. "('evt_old2', '" .. company .. "', 'test', '" .. cid .. "', 't', '{}', now() - interval '32 days'),"
+      .. "('evt_old3', '" .. company .. "', 'test', '" .. cid .. "', 't', '{}', now() - interval '33 days'),"
+      .. "('evt_new', '" .. company .. "', 'test', '" .. cid .. "', 't', '{}', now() - interval '29 days');"
+      .. "INSERT INTO webhook_deliveries (event_id, client_id, company_id, environment, attempt, url, outcome, duration_ms) "
+      .. "SELECT id, client_id, company_id, environment, 1, 'https://example.com/', 'delivered', 5 FROM events "
+      .. "WHERE id IN ('evt_old1', 'evt_old2', 'evt_old3', 'evt_new')")
+    local function ids_of(query) return stack.psql(db, query):gsub("%s+", " "):gsub("^ ", ""):gsub(" $", "") end
+    stack.eventually(function()
+      return ids_of("SELECT count(*) FROM events WHERE id LIKE 'evt_old%'") == "0"
+        and ids_of("SELECT count(*) FROM uploads WHERE id IN ('" .. ids[2] .. "', '" .. ids[3] .. "')") == "0"
+    end, 30, 0.2, "old events and unused old uploads to be deleted")
+    assert.are.equal("live-token recent-token", ids_of("SELECT string_agg(token_hash, ' ' ORDER BY token_hash) "
+      .. "FROM access_tokens WHERE client_id = '" .. cid .. "' AND token_hash LIKE '%-token'"))
+    assert.are.equal("old-unprocessed recent", ids_of("SELECT string_agg(body, ' ' ORDER BY body) "
+      .. "FROM meta_webhook_deliveries WHERE body IN ('old', 'recent', 'old-unprocessed')"))
+    assert.are.equal("evt_new", ids_of("SELECT string_agg(event_id, ' ') FROM webhook_deliveries "
+      .. "WHERE event_id LIKE 'evt_old%' OR event_id = 'evt_new'"))
+    assert.are.equal(table.concat({ ids[1], ids[4] }, " "), ids_of("SELECT string_agg(id, ' ' ORDER BY created_at) "
+      .. "FROM uploads WHERE id IN ('" .. table.concat(ids, "', '") .. "')"))
+    assert.are.equal("2", ids_of("SELECT count(*) FROM upload_bytes WHERE upload_id IN ('"
+      .. table.concat(ids, "', '") .. "')"))
   end)
 end)

@@ -99,6 +99,13 @@ describe("the workspace", function()
     b:type("#email", email)
     b:type("#password", password or PASSWORD)
     b:click("#sign-up")
+    -- Sign-up never signs in (its answer must not tell whether the email
+    -- was taken): the sign-in page follows, with a notice.
+    b:wait_url("/workspace/login%?notice=signed_up")
+    assert.matches("Sign%-up received", b:text("#notice"))
+    b:type("#email", email)
+    b:type("#password", password or PASSWORD)
+    b:click("#sign-in")
     b:wait_url("/workspace/connections")
   end
 
@@ -135,7 +142,8 @@ describe("the workspace", function()
         ["meta.app_id"] = APP_ID,
         ["meta.app_secret"] = APP_SECRET,
         ["workspace.rate_limit_per_minute"] = 100000,
-        ["workspace.login.max_failures_per_email"] = 3,
+        ["workspace.login.free_failures"] = 2,
+        ["workspace.login.delay_base_seconds"] = 600,
         ["workspace.login.max_attempts_per_address"] = 40,
         ["api.rate_limit.anonymous_per_minute"] = 100000,
       },
@@ -234,9 +242,9 @@ describe("the workspace", function()
     assert.matches("must be an absolute http", b:text("#webhook-error"))
     assert.are.equal("Shop backend", b:attribute("#name", "value"))
 
-    b:type("#webhook-url", "http://127.0.0.1:9/hooks") -- private: refused unless allowed
+    b:type("#webhook-url", "http://0x7f000001:9/hooks") -- 127.0.0.1: refused unless allowed
     b:click("#create-client")
-    assert.matches("private or loopback", b:text("#webhook-error"))
+    assert.matches("private, loopback or reserved address", b:text("#webhook-error"))
     b:type("#webhook-url", "")
     b:click("#scope-sandbox-write")
     b:click("#create-client")
@@ -578,7 +586,7 @@ describe("the workspace", function()
     b:wait_url("/workspace/login")
   end)
 
-  it("signs in with a generic refusal, and limits attempts per email", function()
+  it("signs in with a generic refusal, and makes wrong passwords wait per email and address", function()
     sign_in("owner@acme.test", "wrong password here")
     assert.are.equal("The email or password is wrong.", b:text("#form-error"))
     sign_in("nobody@acme.test", PASSWORD)
@@ -593,7 +601,7 @@ describe("the workspace", function()
       sign_in("owner@acme.test", "wrong password again")
       assert.matches("wrong", b:text("#form-error"))
     end
-    sign_in("owner@acme.test", PASSWORD) -- right, but the email is locked for now
+    sign_in("owner@acme.test", PASSWORD) -- right, but this email waits at this address for now
     assert.matches("Too many sign%-in attempts", b:text("#form-error"))
     shot("login-limited")
     sign_in("boss@beta.test", PASSWORD) -- another email is not

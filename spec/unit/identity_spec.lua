@@ -90,7 +90,43 @@ end)
 describe("webhook_url", function()
   it("accepts public http(s) URLs", function()
     assert.is_true(webhook_url.check("https://hooks.example.com/sgw?x=1"))
-    assert.is_true(webhook_url.check("http://203.0.113.7:8080/hook"))
+    assert.is_true(webhook_url.check("http://93.184.215.14:8080/hook"))
+    -- Numbers in other spellings are public addresses too (8.8.8.8).
+    assert.is_true(webhook_url.check("http://134744072/"))
+    assert.is_true(webhook_url.check("http://0x08.0x08.0x08.0x08/"))
+    assert.is_true(webhook_url.check("https://8.8.2056/"))
+  end)
+
+  it("reads numeric hosts the way resolvers do", function()
+    local cases = {
+      ["127.1"] = "127.0.0.1", ["2130706433"] = "127.0.0.1", ["0x7f000001"] = "127.0.0.1",
+      ["0177.0.0.1"] = "127.0.0.1", ["0x7f.1"] = "127.0.0.1", ["127.0.1"] = "127.0.0.1",
+      ["10.0.258"] = "10.0.1.2", ["0"] = "0.0.0.0", ["127.0.0.1."] = "127.0.0.1", ["017700000001"] = "127.0.0.1",
+    }
+    for host, want in pairs(cases) do
+      assert.are.equal(want, table.concat(webhook_url.ipv4(host), "."), host)
+    end
+    assert.is_nil(webhook_url.ipv4("hooks.example.com"))
+    assert.is_nil(webhook_url.ipv4("1.2.3.example"))
+    assert.is_nil(webhook_url.ipv4("0x1g"))
+    for _, host in ipairs { "256.1.1.1", "1.2.3.4.5", "1.2.65536", "4294967296", "08.1.1.1", "example.1" } do
+      assert.is_false(webhook_url.ipv4(host), host)
+    end
+  end)
+
+  it("refuses numeric spellings of private addresses, and every non-global range", function()
+    for _, url in ipairs {
+      "http://127.1/", "http://2130706433/", "http://0x7f000001/", "http://0177.0.0.1/", "http://0x7f.1:8080/",
+      "http://167772161/", "http://0xa9fea9fe/latest", "http://192.0.0.8/", "http://198.18.0.1/",
+      "http://240.0.0.1/", "http://255.255.255.255/", "http://224.0.0.1/", "http://100.64.0.1/",
+      "http://203.0.113.7/", "http://256.1.1.1/", "http://127%2e0.0.1/", "http://localhost./",
+    } do
+      local ok, why = webhook_url.check(url)
+      assert.is_nil(ok, url)
+      assert.is_string(why, url)
+    end
+    local _, why = webhook_url.check("http://0x7f000001/")
+    assert.matches("127.0.0.1", why, 1, true)
   end)
 
   it("refuses other schemes and private, loopback and link-local hosts", function()

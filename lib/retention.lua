@@ -1,0 +1,54 @@
+-- What sgw deletes once it is old enough (config `retention.*`, in days;
+-- 0 keeps everything of that kind). Each kind is deleted oldest first in
+-- batches of retention.batch_size rows, one statement each, so that no
+-- transaction holds many locks or runs long; the job comes back at once
+-- while a batch was full.
+--
+--   oauth_tokens      access tokens expired that many days ago
+--   meta_deliveries   Meta webhook deliveries processed that many days ago
+--                     (unprocessed ones are kept whatever their age)
+--   events            events created that many days ago, with their
+--                     delivery attempts (older than webhooks.retry.max_age_hours,
+--                     so no delivery is still pending)
+--   uploads           uploads made that many days ago that no post uses
+local M = {}
+
+local KINDS = {
+  { name = "oauth_tokens", sql = [[DELETE FROM access_tokens WHERE token_hash IN (
+      SELECT token_hash FROM access_tokens WHERE expires_at < now() - make_interval(days => $1)
+       ORDER BY expires_at LIMIT $2)]] },
+  { name = "meta_deliveries", sql = [[DELETE FROM meta_webhook_deliveries WHERE id IN (
+      SELECT id FROM meta_webhook_deliveries
+       WHERE processed_at IS NOT NULL AND received_at < now() - make_interval(days => $1)
+       ORDER BY received_at LIMIT $2)]] },
+  { name = "events", sql = [[WITH old AS (
+        SELECT id FROM events WHERE created_at < now() - make_interval(days => $1)
+         ORDER BY created_at LIMIT $2),
+      attempts AS (DELETE FROM webhook_deliveries WHERE event_id IN (SELECT id FROM old))
+      DELETE FROM events WHERE id IN (SELECT id FROM old)]] },
+  { name = "uploads", sql = [[DELETE FROM uploads WHERE id IN (
+      SELECT u.id FROM uploads u
+       WHERE u.created_at < now() - make_interval(days => $1)
+         AND NOT EXISTS (SELECT 1 FROM posts p
+                          WHERE p.image ->> 'source' = 'upload' AND p.image ->> 'upload_id' = u.id)
+       ORDER BY u.created_at LIMIT $2)]] },
+}
+
+-- Deletes one batch of each kind. Returns {kind = rows deleted} and whether
+-- any batch was full (more are waiting).
+function M.run()
+  local batch = math.floor(config.get("retention.batch_size"))
+  local deleted, more = {}, false
+  for _, kind in ipairs(KINDS) do
+    local days = config.get("retention." .. kind.name .. "_days")
+    if days > 0 then
+      local n = assert(db.exec(kind.sql, days, batch))
+      deleted[kind.name] = n
+      if n >= batch then more = true end
+      if n > 0 then metrics.inc("sgw_retention_deleted_total", { kind = kind.name }, n) end
+    end
+  end
+  return deleted, more
+end
+
+return M

@@ -1,0 +1,169 @@
+-- Sign-in and sign-up limits of the web workspace over plain HTTP (the form's
+-- cookie and CSRF token, as a browser sends them), from two client
+-- addresses (127.0.0.1 and 127.0.0.2, both loopback): wrong passwords make
+-- one (email, address) wait longer and longer while the owner signs in from
+-- elsewhere; sign-up answers the same whether the email is taken or not, and
+-- has its own limit per address.
+local stack = require "stack"
+local http = require "socket.http"
+local socket = require "socket"
+local ltn12 = require "ltn12"
+
+local PASSWORD = "correct horse battery"
+
+-- One browser at one address: its cookie jar is the workspace cookie.
+local function client(sgw, address)
+  local c = { cookie = nil }
+  function c.request(method, path, body)
+    local chunks = {}
+    local headers = { cookie = c.cookie }
+    if body then
+      headers["content-type"] = "application/x-www-form-urlencoded"
+      headers["content-length"] = tostring(#body)
+    end
+    local ok, status, h = http.request {
+      url = sgw.base_url .. path, method = method, headers = headers, redirect = false,
+      source = body and ltn12.source.string(body) or nil, sink = ltn12.sink.table(chunks),
+      create = function()
+        local s = socket.tcp()
+        assert(s:bind(address, 0))
+        return s
+      end,
+    }
+    assert(ok, status)
+    local set = h["set-cookie"]
+    if set then c.cookie = set:match("^(sgw_workspace=[^;]*)") end
+    return status, table.concat(chunks), h
+  end
+  local function encode(s)
+    return (s:gsub("[^%w%-%._~]", function(ch) return ("%%%02X"):format(ch:byte()) end))
+  end
+  -- GETs the form's page, then posts fields with its CSRF token.
+  function c.submit(path, fields)
+    local status, page = c.request("GET", path)
+    assert(status == 200, path .. ": " .. tostring(status))
+    local csrf = assert(page:match('name="csrf" value="([^"]+)"'), "no csrf token")
+    local parts = { "csrf=" .. encode(csrf) }
+    for k, v in pairs(fields) do parts[#parts + 1] = k .. "=" .. encode(v) end
+    return c.request("POST", path, table.concat(parts, "&"))
+  end
+  function c.sign_in(email, password)
+    return c.submit("/workspace/login", { email = email, password = password })
+  end
+  return c
+end
+
+describe("workspace limits", function()
+  local sgw
+
+  setup(function()
+    sgw = stack.start_sgw {
+      name = "workspace-limits",
+      set = {
+        ["workspace.rate_limit_per_minute"] = 100000,
+        ["workspace.login.free_failures"] = 2,
+        ["workspace.login.delay_base_seconds"] = 30,
+        ["workspace.login.max_delay_seconds"] = 100,
+        ["workspace.login.max_attempts_per_address"] = 1000,
+        ["workspace.signup.max_per_address"] = 4,
+        ["api.rate_limit.anonymous_per_minute"] = 100000,
+      },
+    }
+  end)
+
+  teardown(stack.cleanup)
+
+  local function sign_up(c, company, email)
+    return c.submit("/workspace/signup", { company = company, email = email, password = PASSWORD })
+  end
+
+  it("answers a sign-up the same whether the email is taken or not, and changes nothing for a taken one", function()
+    local a = client(sgw, "127.0.0.1")
+    local status, body, h = sign_up(a, "Owner Co", "owner@limits.test")
+    assert.are.equal(303, status, body)
+    assert.are.equal("/workspace/login?notice=signed_up", h["location"])
+    -- Not signed in by it: that needs the password, as for anyone.
+    local page_status, _, page_h = a.request("GET", "/workspace/connections")
+    assert.are.equal(303, page_status)
+    assert.matches("^/workspace/login", page_h["location"])
+    local again_status, again_body, again_h = sign_up(client(sgw, "127.0.0.1"), "Intruder Co", "Owner@Limits.test")
+    assert.are.equal(status, again_status)
+    assert.are.equal(body, again_body)
+    assert.are.equal(h["location"], again_h["location"])
+
+    -- Nothing was created for the taken email, and its password is unchanged.
+    assert.are.equal("1", stack.psql(sgw.database_url, "SELECT count(*) FROM users WHERE email = 'owner@limits.test'"))
+    assert.are.equal("0", stack.psql(sgw.database_url, "SELECT count(*) FROM companies WHERE name = 'Intruder Co'"))
+    local _, notice = a.request("GET", "/workspace/login?notice=signed_up")
+    assert.matches("Sign%-up received", notice)
+    local s, _, sh = a.sign_in("owner@limits.test", PASSWORD)
+    assert.are.equal(303, s)
+    assert.matches("^/workspace", sh["location"])
+  end)
+
+  it("makes one (email, address) wait longer and longer, never the owner elsewhere", function()
+    local attacker, owner = client(sgw, "127.0.0.2"), client(sgw, "127.0.0.1")
+    for _ = 1, 2 do -- free failures
+      assert.are.equal(401, (attacker.sign_in("owner@limits.test", "wrong password guess")))
+    end
+    -- The third failure imposes a wait; the right password is refused meanwhile.
+    assert.are.equal(401, (attacker.sign_in("owner@limits.test", "wrong password guess")))
+    local status, body, h = attacker.sign_in("owner@limits.test", PASSWORD)
+    assert.are.equal(429, status)
+    assert.matches("Too many sign%-in attempts", body)
+    local first = tonumber(h["retry-after"])
+    assert.is_true(first > 0 and first <= 30, tostring(first))
+
+    -- From another address the owner signs in at once.
+    status, _, h = owner.sign_in("owner@limits.test", PASSWORD)
+    assert.are.equal(303, status)
+    assert.matches("^/workspace", h["location"])
+    -- Another email from the attacker's address is not held up either.
+    assert.are.equal(401, (attacker.sign_in("someone-else@limits.test", "wrong password guess")))
+
+    -- The next failure, once the wait is over, waits twice as long (the
+    -- wait is made to end now instead of sleeping through it).
+    local function end_wait()
+      local code, out = stack.sh("redis-cli -u " .. stack.shell_quote(stack.services().redis_url)
+        .. " --scan --pattern '*:workspace:login:wait:*' | while read k; do redis-cli -u "
+        .. stack.shell_quote(stack.services().redis_url) .. " DEL \"$k\"; done")
+      assert.are.equal(0, code, out)
+    end
+    end_wait()
+    assert.are.equal(401, (attacker.sign_in("owner@limits.test", "wrong password guess")))
+    status, _, h = attacker.sign_in("owner@limits.test", PASSWORD)
+    assert.are.equal(429, status)
+    local second = tonumber(h["retry-after"])
+    assert.is_true(second > 30 and second <= 60, tostring(second))
+    end_wait()
+    assert.are.equal(401, (attacker.sign_in("owner@limits.test", "wrong password guess")))
+    status, _, h = attacker.sign_in("owner@limits.test", PASSWORD)
+    assert.is_true(tonumber(h["retry-after"]) > 60 and tonumber(h["retry-after"]) <= 100, h["retry-after"])
+
+    -- A success clears the count for that address.
+    end_wait()
+    assert.are.equal(303, (attacker.sign_in("owner@limits.test", PASSWORD)))
+    attacker.cookie = nil -- a signed-out browser again
+    assert.are.equal(401, (attacker.sign_in("owner@limits.test", "wrong password guess")))
+    assert.are.equal(401, (attacker.sign_in("owner@limits.test", "wrong password guess")))
+  end)
+
+  it("limits sign-ups per address", function()
+    local c = client(sgw, "127.0.0.2")
+    local limited
+    for i = 1, 6 do
+      local status, body, h = sign_up(c, "Co " .. i, "many" .. i .. "@limits.test")
+      if status == 429 then
+        limited = i
+        assert.matches("Too many sign%-ups", body)
+        assert.is_true(tonumber(h["retry-after"]) > 0)
+        break
+      end
+      assert.are.equal(303, status)
+    end
+    assert.are.equal(5, limited)
+    assert.are.equal("0", stack.psql(sgw.database_url, "SELECT count(*) FROM users WHERE email = 'many5@limits.test'"))
+    -- Another address may still sign up.
+    assert.are.equal(303, (sign_up(client(sgw, "127.0.0.1"), "Other Co", "other@limits.test")))
+  end)
+end)
