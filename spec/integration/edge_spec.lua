@@ -137,7 +137,8 @@ describe("edge", function()
       end
       assert.is_true(accepted < 40 * len / 4, "the server stopped reading (" .. accepted .. " bytes taken)")
       local grown = rss_kib(sgw.pid) - before
-      assert.is_true(grown < 24 * 1024, "RSS grew by " .. grown .. " KiB")
+      -- Holding the bodies would take 320 MiB; a sanitizer build needs some room.
+      assert.is_true(grown < 48 * 1024, "RSS grew by " .. grown .. " KiB")
       assert.are.equal(0, metric(sgw, "sgw_http_inflight_body_bytes"))
     end)
 
