@@ -13,9 +13,16 @@
 --   max_body            a byte count or a config key (default http.max_body_bytes)
 --   rate_limit = false  no rate limit (with auth = false; benchmark routes only)
 --   rate_limit = "key"  (auth = false) a per-address limit of its own, from config key "key"
+--   rate_limit_by = "client_id"  (with rate_limit) counted per OAuth client_id
+--                       when the request names a well-formed one, else per address
+--                       at api.rate_limit.anonymous_per_minute
+--   A route without auth = false is refused 401 by the host, before its body
+--   is read, when it carries no credential of the right shape.
 local routes = {
   { method = "GET", path = "/api/v1/openapi.json", handler = "api/openapi", auth = false },
-  { method = "POST", path = "/oauth/token", handler = "oauth/token", auth = false, raw_body = true, max_body = 16384 },
+  -- Limited per well-formed client_id (lib/oauth_client.lua), else per address.
+  { method = "POST", path = "/oauth/token", handler = "oauth/token", auth = false, raw_body = true, max_body = 16384,
+    rate_limit = "oauth.rate_limit_per_minute", rate_limit_by = "client_id" },
   { method = "GET", path = "/api/v1/social-accounts", handler = "api/social_accounts_list", scope = "accounts:read" },
 
   { method = "POST", path = "/api/v1/posts", handler = "api/posts_create", scope = "posts:write", idempotency = "required", validates_body = true },

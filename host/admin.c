@@ -8,9 +8,11 @@
 #include "sgw.h"
 
 #include <microhttpd.h>
+#include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 
 static struct MHD_Daemon *admin_daemon;
@@ -68,6 +70,7 @@ static enum MHD_Result metrics(struct MHD_Connection *conn) {
     luart_last_error_copy(err, sizeof err);
     metrics_gauge("sgw_handlers_last_reload_failed", NULL, err[0] ? 1.0 : 0.0);
     metrics_gauge("sgw_http_inflight_requests", NULL, (double)http_inflight());
+    metrics_gauge("sgw_http_inflight_body_bytes", NULL, (double)http_inflight_body_bytes());
     metrics_gauge("sgw_http_worker_queue_depth", NULL, (double)workers_queue_depth());
     long long pending = 0, dead = 0;
     if (admin_pg && jobs_queue_depth(admin_pg, &pending, &dead) == 0) {
@@ -102,6 +105,39 @@ static enum MHD_Result advance_clock(struct MHD_Connection *conn) {
     return answer_json(conn, 200, "{\"offsetSeconds\":%.3f}", clock_offset());
 }
 
+/* admin.token, when set: every admin request carries it as a Bearer token,
+ * compared in constant time (CRYPTO_memcmp over equal lengths; the length
+ * of the token is not a secret worth hiding). */
+static int authorized(struct MHD_Connection *conn) {
+    const char *token = config_str("admin.token");
+    size_t tl = strlen(token);
+    if (!tl) return 1;
+    const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0) return 0;
+    h += 7;
+    while (*h == ' ') h++;
+    size_t hl = strlen(h);
+    while (hl && h[hl - 1] == ' ') hl--;
+    return hl == tl && CRYPTO_memcmp(h, token, tl) == 0;
+}
+
+static enum MHD_Result unauthorized(struct MHD_Connection *conn) {
+    static const char body[] = "{\"error\":\"unauthorized\",\"detail\":\"Send Authorization: Bearer <admin.token>.\"}";
+    char *copy = strdup(body);
+    if (!copy) return MHD_NO;
+    struct MHD_Response *r = MHD_create_response_from_buffer(sizeof body - 1, copy, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(copy);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"sgw-admin\"");
+    enum MHD_Result rc = MHD_queue_response(conn, MHD_HTTP_UNAUTHORIZED, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
 static enum MHD_Result on_admin(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                 const char *version, const char *upload_data, size_t *upload_data_size,
                                 void **con_cls) {
@@ -113,6 +149,7 @@ static enum MHD_Result on_admin(void *cls, struct MHD_Connection *conn, const ch
         *con_cls = (void *)1;
     }
     *upload_data_size = 0;
+    if (!authorized(conn)) return unauthorized(conn);
     int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
     int post = strcmp(method, "POST") == 0;
     if (strcmp(url, "/healthz") == 0 && get) return answer_json(conn, 200, "{\"status\":\"ok\"}");

@@ -8,8 +8,14 @@
  * A request that has to wait on I/O migrates to its worker's thread: the
  * connection is suspended and resumed when the worker has the answer. So do
  * requests that find no idle worker, which wait in the workers' queue.
- * Errors decided here (404, 405, 413, 431) go through Lua like any request,
- * so they carry the same headers as every other answer.
+ * Errors decided here (401, 404, 405, 413, 431, 503) go through Lua like any
+ * request, so they carry the same headers as every other answer.
+ *
+ * Before a byte of body is read, a request must earn the memory its body
+ * will take: an authenticated route without a credential of the right shape
+ * is answered 401 at once, and every body holds its share of a process-wide
+ * budget (http.max_inflight_body_bytes, 503 beyond it) and must arrive
+ * within http.body_timeout_seconds of the headers.
  */
 #include "sgw.h"
 
@@ -21,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -35,8 +42,32 @@ static atomic_int         quiescing;        /* http_quiesce was called */
 static size_t             max_header_bytes;
 static size_t             max_body_bytes;   /* http.max_body_bytes: routes without their own */
 static int                log_requests;
+static unsigned long long max_inflight_body; /* http.max_inflight_body_bytes; 0: no budget */
+static atomic_ullong      inflight_body;    /* bytes of body reserved by requests */
+static unsigned           idle_timeout;     /* http.connection_timeout_seconds */
+static uint64_t           body_timeout_ms;  /* http.body_timeout_seconds */
 
 int http_inflight(void) { return atomic_load(&inflight); }
+unsigned long long http_inflight_body_bytes(void) { return atomic_load(&inflight_body); }
+
+/* Makes req hold `total` bytes of the body budget; -1 (holding what it held)
+ * when that would pass the budget. */
+static int body_reserve(sgw_request *req, size_t total) {
+    if (total <= req->body_reserved) return 0;
+    unsigned long long more = total - req->body_reserved;
+    unsigned long long now = atomic_fetch_add(&inflight_body, more) + more;
+    if (max_inflight_body && now > max_inflight_body) {
+        atomic_fetch_sub(&inflight_body, more);
+        return -1;
+    }
+    req->body_reserved = total;
+    return 0;
+}
+
+static void body_release(sgw_request *req) {
+    atomic_fetch_sub(&inflight_body, (unsigned long long)req->body_reserved);
+    req->body_reserved = 0;
+}
 
 int http_parse_listen(const char *s, struct sockaddr_storage *out, unsigned int *len) {
     memset(out, 0, sizeof *out);
@@ -109,6 +140,7 @@ static void request_free(sgw_request *req) {
     req_strfree(req, req->route_pattern);
     if (req->response) MHD_destroy_response(req->response);
     redis_pipe_free(req->deferred);
+    body_release(req);
     free(req);
 }
 
@@ -182,8 +214,7 @@ static struct MHD_Response *make_response(sgw_request *req) {
         MHD_add_response_header(r, req->resp_headers[i].name, req->resp_headers[i].value);
     MHD_add_response_header(r, "X-Request-Id", req->id);
     /* While draining, a kept-alive connection would bring new requests. */
-    if (req->early_status == 431 || (req->early_status == 413 && !req->body_too_large) ||
-        atomic_load(&quiescing))
+    if (req->early_status == 431 || req->body_unread || atomic_load(&quiescing))
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     return r;
 }
@@ -191,7 +222,7 @@ static struct MHD_Response *make_response(sgw_request *req) {
 /* Runs the complete request, whichever thread then answers it. */
 static enum MHD_Result dispatch_now(struct MHD_Connection *conn, sgw_request *req) {
     if (!req->dispatched) {            /* not again when a deferred request runs again */
-        if (!req->early_status || req->early_status == 404 || req->early_status == 405) {
+        if (!req->early_status || req->early_status == 401 || req->early_status == 404 || req->early_status == 405) {
             collect_ctx q = { .req = req };
             MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, collect_value, &q);
             req->query = q.v;
@@ -214,6 +245,82 @@ static enum MHD_Result dispatch_now(struct MHD_Connection *conn, sgw_request *re
     else if (how == WORKERS_DEFER) redis_pipe_submit(req);
     else workers_enqueue(req);
     return MHD_YES;
+}
+
+/* A request header (names are lower-cased), or NULL. */
+static const char *header_of(const sgw_request *req, const char *name) {
+    for (int i = 0; i < req->nheaders; i++)
+        if (strcmp(req->headers[i].name, name) == 0) return req->headers[i].value;
+    return NULL;
+}
+
+static int all_alnum(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i])) return 0;
+    return 1;
+}
+
+static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'; }
+
+/* Whether the request presents a credential that could be valid by its
+ * shape alone. The same rules as lib/auth.lua (M.presented: X-Api-Key or
+ * "Authorization: Bearer", the same value when both) and lib/credentials.lua
+ * (an API key sgk_live_/sgk_test_ + at least 32 base62 characters, an access
+ * token sgat_ + base62, at most 256 characters); keep them in step. Whatever
+ * fails here fails there too, so a request refused here was lost anyway;
+ * it is refused before its body costs memory. */
+static int credential_well_formed(const sgw_request *req) {
+    const char *key = header_of(req, "x-api-key");
+    const char *auth = header_of(req, "authorization");
+    const char *bearer = NULL;
+    size_t bearer_len = 0;
+    if (auth) {
+        const char *p = auth;
+        while (is_space(*p)) p++;
+        if (strncasecmp(p, "bearer", 6) != 0 || !is_space(p[6])) return 0;
+        p += 6;
+        while (is_space(*p)) p++;
+        bearer = p;
+        while (*p && !is_space(*p)) p++;
+        bearer_len = (size_t)(p - bearer);
+        while (is_space(*p)) p++;
+        if (*p || bearer_len == 0) return 0;
+    }
+    const char *c = key ? key : bearer;
+    size_t n = key ? strlen(key) : bearer_len;
+    if (!c) return 0;
+    while (n && is_space(*c)) c++, n--;
+    while (n && is_space(c[n - 1])) n--;
+    if (key && bearer && (bearer_len != strlen(key) || memcmp(bearer, key, bearer_len) != 0)) return 0;
+    if (n == 0 || n > 256) return 0;
+    if (n >= 9 && (strncmp(c, "sgk_live_", 9) == 0 || strncmp(c, "sgk_test_", 9) == 0))
+        return n - 9 >= 32 && all_alnum(c + 9, n - 9);
+    if (n > 5 && strncmp(c, "sgat_", 5) == 0) return all_alnum(c + 5, n - 5);
+    return 0;
+}
+
+/* Lets the connection's time-out end no later than the body's deadline:
+ * a body that stops arriving is cut off at the limit, not an idle
+ * time-out later. */
+static void body_clock(struct MHD_Connection *conn, sgw_request *req, uint64_t now) {
+    uint64_t left = req->body_deadline_ms > now ? req->body_deadline_ms - now : 0;
+    unsigned secs = (unsigned)((left + 999) / 1000);
+    if (secs == 0) secs = 1;
+    if (idle_timeout && secs > idle_timeout) secs = idle_timeout;
+    if (secs != req->timeout_set) {
+        MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, secs);
+        req->timeout_set = secs;
+    }
+}
+
+/* Answers `status` once the rest of the body has been read and dropped. */
+static void drop_body(sgw_request *req, int status) {
+    req->discarding = 1;
+    req->early_status = status;
+    free(req->body);
+    req->body = NULL;
+    req->body_cap = 0;
+    body_release(req);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
@@ -241,14 +348,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (ci && ci->client_addr) {
             const struct sockaddr *sa = ci->client_addr;
             if (sa->sa_family == AF_INET)
-                inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, req->remote_addr, sizeof req->remote_addr);
+                inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, req->peer_addr, sizeof req->peer_addr);
             else if (sa->sa_family == AF_INET6)
-                inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, req->remote_addr, sizeof req->remote_addr);
+                inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, req->peer_addr, sizeof req->peer_addr);
         }
         collect_ctx h = { .req = req, .lower = 1 };
         MHD_get_connection_values(conn, MHD_HEADER_KIND, collect_value, &h);
         req->headers = h.v;
         req->nheaders = h.n;
+        proxy_client_addr(req->peer_addr, header_of(req, "x-forwarded-for"), header_of(req, "forwarded"),
+                          req->remote_addr, sizeof req->remote_addr);
 
         req->max_body = max_body_bytes;
         sgw_gen *g = luart_current_cached();
@@ -261,23 +370,42 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 req->route_pattern = req_strndup(req, pattern, strlen(pattern));
             }
         }
+        const char *cl = header_of(req, "content-length");
+        unsigned long long declared = cl ? strtoull(cl, NULL, 10) : 0;
+        int has_body = declared > 0 || header_of(req, "transfer-encoding") != NULL;
         if (h.failed || h.bytes + strlen(url) > max_header_bytes) {
             req->early_status = 431;
         } else if (req->match.status) {
             req->early_status = req->match.status;
-        }
-        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        unsigned long long declared = cl ? strtoull(cl, NULL, 10) : 0;
-        if (!req->early_status && declared > req->max_body) {
+        } else if (g && req->match.route >= 0 && !g->routes.v[req->match.route].public_route &&
+                   !credential_well_formed(req)) {
+            req->early_status = 401;
+        } else if (declared > req->max_body) {
             req->early_status = 413;
             /* Decided now, before a byte of body is stored. A body a little
              * over the limit is drained so the answer arrives on a healthy
              * connection (closing with unread data can reset it before the
              * client reads the 413); a large one is answered at once and the
              * connection closed. */
-            if (declared - req->max_body <= EARLY_DRAIN_LIMIT) req->body_too_large = 1;
+            if (declared - req->max_body <= EARLY_DRAIN_LIMIT) req->discarding = 1;
+        } else if (has_body) {
+            /* A declared body never grows past its length (MHD holds the
+             * client to it), so it reserves exactly that, once. */
+            if (declared) req->max_body = (size_t)declared;
+            if (declared && body_reserve(req, (size_t)declared)) {
+                req->early_status = 503;
+            } else {
+                if (body_timeout_ms) {
+                    req->body_deadline_ms = req->start_ms + body_timeout_ms;
+                    body_clock(conn, req, req->start_ms);
+                }
+            }
         }
-        if (req->early_status == 431 || (req->early_status == 413 && !req->body_too_large)) return dispatch_now(conn, req);
+        if (req->early_status && !req->discarding && req->early_status != 404 && req->early_status != 405) {
+            /* Nothing of the body is read: the connection closes after the answer. */
+            req->body_unread = has_body;
+            return dispatch_now(conn, req);
+        }
         return MHD_YES;
     }
     if (req->response) {
@@ -292,18 +420,26 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (*upload_data_size) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;
-        if (req->body_too_large) {
-            /* A body without Content-Length that passed its limit: read and
-             * drop the rest so the 413 can be sent, but not forever. */
+        if (req->body_deadline_ms) {
+            uint64_t now = clock_mono_ms();
+            /* MHD cannot answer in the middle of a body: one that is still
+             * arriving at the limit is cut off (so is one that stalls: the
+             * connection's time-out then ends at the limit too). */
+            if (now >= req->body_deadline_ms) {
+                log_msg(LOG_WARN, "http", "request %s: body not received within http.body_timeout_seconds; "
+                        "connection closed", req->id);
+                return MHD_NO;
+            }
+            body_clock(conn, req, now);
+        }
+        if (req->discarding) {
+            /* A body that passed its limit or the budget: read and drop the
+             * rest so the answer can be sent, but not forever. */
             req->body_len += n;
             return req->body_len > req->max_body + DISCARD_LIMIT ? MHD_NO : MHD_YES;
         }
         if (req->body_len + n > req->max_body) {
-            req->body_too_large = 1;
-            req->early_status = 413;
-            free(req->body);
-            req->body = NULL;
-            req->body_cap = 0;
+            drop_body(req, 413);
             req->body_len += n;
             return MHD_YES;
         }
@@ -311,6 +447,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             size_t cap = req->body_cap ? req->body_cap * 2 : 1024;
             while (cap < req->body_len + n) cap *= 2;
             if (cap > req->max_body) cap = req->max_body;
+            if (body_reserve(req, cap)) {
+                /* A chunked body that would pass the budget. */
+                drop_body(req, 503);
+                req->body_len += n;
+                return MHD_YES;
+            }
             char *nb = realloc(req->body, cap);
             if (!nb) return MHD_NO;
             req->body = nb;
@@ -320,7 +462,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         req->body_len += n;
         return MHD_YES;
     }
-    if (req->body_too_large) req->body_len = 0;
+    if (req->discarding) req->body_len = 0;
+    if (req->timeout_set && req->timeout_set != idle_timeout)
+        MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, idle_timeout);
+    req->body_deadline_ms = 0;
     return dispatch_now(conn, req);
 }
 
@@ -414,6 +559,14 @@ int http_start(void) {
     }
     max_header_bytes = (size_t)config_int("http.max_header_bytes");
     max_body_bytes = (size_t)config_int("http.max_body_bytes");
+    max_inflight_body = (unsigned long long)config_int("http.max_inflight_body_bytes");
+    idle_timeout = (unsigned)config_int("http.connection_timeout_seconds");
+    body_timeout_ms = (uint64_t)config_int("http.body_timeout_seconds") * 1000;
+    char err[256];
+    if (proxy_init(err, sizeof err)) {
+        log_msg(LOG_ERROR, "config", "%s", err);
+        return -1;
+    }
     log_requests = config_bool("log.requests");
     unsigned int threads = (unsigned int)config_int("http.threads");
     if (threads == 0) {
@@ -434,7 +587,7 @@ int http_start(void) {
         MHD_OPTION_THREAD_POOL_SIZE, threads,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)config_int("http.max_connections"),
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)config_int("http.max_connections_per_ip"),
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)config_int("http.connection_timeout_seconds"),
+        MHD_OPTION_CONNECTION_TIMEOUT, idle_timeout,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, memlimit,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,

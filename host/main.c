@@ -188,7 +188,19 @@ static int cmd_reload(void) {
     curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect_body);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, stdout);
+    /* The same configuration names the admin listener's token, if any. */
+    struct curl_slist *headers = NULL;
+    char auth[600];
+    if (*config_str("admin.token")) {
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", config_str("admin.token"));
+        if (!(headers = curl_slist_append(NULL, auth))) {
+            curl_easy_cleanup(c);
+            return 1;
+        }
+        curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+    }
     CURLcode rc = curl_easy_perform(c);
+    curl_slist_free_all(headers);
     long status = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
     curl_easy_cleanup(c);

@@ -139,6 +139,11 @@ static int parse_route(lua_State *L, int idx, int routeno, sgw_route *r, char *e
     lua_getfield(L, idx, "raw_body");
     r->raw_body = lua_toboolean(L, -1);
     lua_pop(L, 1);
+    /* Only an explicit false makes a route public: one that forgot the
+     * field is refused without a credential, never opened by mistake. */
+    lua_getfield(L, idx, "auth");
+    r->public_route = lua_isboolean(L, -1) && !lua_toboolean(L, -1);
+    lua_pop(L, 1);
     return 0;
 fail:
     route_free(r);

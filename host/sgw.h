@@ -205,6 +205,7 @@ typedef struct sgw_route {
     char   *handler;         /* module under handlers/, e.g. "api/posts_create" */
     size_t  max_body;        /* bytes */
     int     raw_body;        /* 1: the body is any media type (uploads, webhooks) */
+    int     public_route;    /* auth = false: no credential needed before the body */
 } sgw_route;
 
 typedef struct sgw_param { char *name; char *value; } sgw_param;
@@ -298,12 +299,17 @@ typedef struct sgw_request {
     sgw_kv     *query;    int nquery;
     char       *body;     size_t body_len; size_t body_cap;
     size_t      max_body;
-    int         body_too_large;
-    char        remote_addr[64];
+    int         discarding;      /* the body is read and dropped (413, 503) */
+    int         body_unread;     /* answered before its announced body was read */
+    unsigned    timeout_set;     /* connection time-out in force while reading (s) */
+    char        remote_addr[64]; /* the client: the peer, or whom a trusted proxy names */
+    char        peer_addr[64];   /* the socket peer */
+    size_t      body_reserved;   /* bytes of http.max_inflight_body_bytes held */
+    uint64_t    body_deadline_ms;/* monotonic; http.body_timeout_seconds after the headers */
     uint64_t    gen_id;          /* generation the match was made in */
     sgw_match   match;
     char       *route_pattern;   /* for logs and metrics; NULL when unmatched */
-    int         early_status;    /* 0, or 404/405/413/431/400 decided by the host */
+    int         early_status;    /* 0, or 401/404/405/413/431/503 decided by the host */
     /* filled by the worker */
     int         status;
     sgw_kv     *resp_headers; int nresp_headers;
@@ -334,11 +340,20 @@ int  http_parse_listen(const char *s, struct sockaddr_storage *out, unsigned int
 int  http_start(void);            /* public listener on http.listen */
 void http_quiesce(void);          /* stop accepting */
 int  http_inflight(void);
+unsigned long long http_inflight_body_bytes(void);  /* held of http.max_inflight_body_bytes */
 void http_stop(void);
 /* Called by a worker when req->status/resp_* are filled. */
 void http_complete(sgw_request *req);
 /* Runs a suspended request again from the start (its deferred call done). */
 void http_rerun(sgw_request *req);
+
+/* ----------------------------------------------------------------- proxy.c
+ * The client address behind trusted proxies (http.trusted_proxies). */
+int  proxy_init(char *err, size_t errlen);   /* 0 ok; else err names the bad entry */
+int  proxy_trusted(const char *addr);        /* 1 when addr is inside the list */
+/* The client of a request from peer: peer itself unless it is trusted and
+ * X-Forwarded-For (else Forwarded for=) names another; either may be NULL. */
+void proxy_client_addr(const char *peer, const char *xff, const char *forwarded, char *out, size_t outlen);
 
 /* ---------------------------------------------------------------- worker.c
  * A complete request runs first on the socket thread that read it, in the

@@ -187,6 +187,8 @@ static void push_request(lua_State *L, sgw_request *req) {
     lua_setfield(L, -2, "path");
     lua_pushstring(L, req->remote_addr);
     lua_setfield(L, -2, "remote_addr");
+    lua_pushstring(L, req->peer_addr);
+    lua_setfield(L, -2, "peer_addr");
     push_kv_table(L, req->headers, req->nheaders, 1);
     lua_setfield(L, -2, "headers");
     push_kv_table(L, req->query, req->nquery, 0);

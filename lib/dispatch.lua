@@ -10,6 +10,7 @@ local credentials = require "credentials"
 local ratelimit = require "ratelimit"
 local idempotency = require "idempotency"
 local fields = require "fields"
+local oauth_client = require "oauth_client"
 
 local M = {}
 
@@ -31,7 +32,15 @@ local function handler_for(route)
   return h.handle, h.prepare
 end
 
+-- Refusals the host decided, some before reading the body: a route that
+-- needs a credential and was sent none of the right shape (the host checks
+-- the shape of lib/auth.lua and lib/credentials.lua), and a body that would
+-- pass http.max_inflight_body_bytes.
 local early = {
+  [401] = { "unauthenticated", function() return auth.REFUSAL end, { ["WWW-Authenticate"] = "Bearer" } },
+  [503] = { "service_unavailable", function()
+    return "The gateway is receiving too many request bodies at once; retry shortly."
+  end, { ["Retry-After"] = "1" } },
   [404] = { "not_found", function() return "No resource at this path." end },
   [405] = { "method_not_allowed", function(req) return req.method .. " is not allowed here; allowed: " .. (req.allow or "") .. "." end },
   [413] = { "payload_too_large", function() return "The request body is larger than this endpoint accepts." end },
@@ -78,9 +87,15 @@ local function identify_and_limit(req, route)
     ident, refusal, cached = auth.identify(req, true)
   end
   local key, limit
+  -- Token requests count on the client they name, so junk from the same
+  -- address does not spend a real client's allowance; those naming none
+  -- count on their address like any anonymous request.
+  local client_id = route and route.rate_limit_by == "client_id" and oauth_client.rate_id(req)
   if ident then
     key, limit = ident.rate_key, ident.rate_limit
-  elseif route and type(route.rate_limit) == "string" then
+  elseif client_id then
+    key, limit = "oauth:" .. client_id, config.get(route.rate_limit)
+  elseif route and type(route.rate_limit) == "string" and not route.rate_limit_by then
     -- A public route with a per-address limit of its own, counted apart.
     key, limit = route.rate_limit .. ":" .. (req.remote_addr or "?"), config.get(route.rate_limit)
   else
@@ -113,7 +128,7 @@ local function run(req, ctx)
   end
   if req.early_status then
     local e = early[req.early_status]
-    local headers = req.early_status == 405 and { Allow = req.allow } or nil
+    local headers = req.early_status == 405 and { Allow = req.allow } or e[3]
     return problem.response(req, req.early_status, e[1], e[2](req), { headers = headers })
   end
 

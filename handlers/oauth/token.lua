@@ -3,7 +3,7 @@
 -- form fields (one method, not both) and receives a Bearer access token for
 -- some or all of its scopes. Errors follow RFC 6749 5.2.
 local json = require "json"
-local form = require "form"
+local oauth_client = require "oauth_client"
 local scopes = require "scopes"
 local credentials = require "credentials"
 
@@ -15,24 +15,12 @@ local function oauth_error(status, code, description)
   return status, json.encode({ error = code, error_description = description }), headers
 end
 
--- Basic credentials are form-encoded before base64 (RFC 6749 2.3.1).
-local function basic_credentials(header)
-  local b64 = header:match("^%s*[Bb][Aa][Ss][Ii][Cc]%s+(%S+)%s*$")
-  if not b64 then return nil end
-  local decoded = crypto.base64_decode(b64)
-  if not decoded then return false end
-  local id, secret = decoded:match("^([^:]*):(.*)$")
-  if not id then return false end
-  return form.unescape(id), form.unescape(secret)
-end
-
 local CLIENT_SQL = [[
   SELECT id, company_id, environment, secret_hash, array_to_string(scopes, ' ') AS scopes
     FROM api_clients WHERE id = $1 AND revoked_at IS NULL]]
 
 local function authenticate(client_id, secret)
-  if type(client_id) ~= "string" or type(secret) ~= "string" or #client_id > 64 or #secret > 256
-      or not client_id:match("^cli_%w+$") then
+  if not oauth_client.well_formed_id(client_id) or type(secret) ~= "string" or #secret > 256 then
     return nil
   end
   local rows = assert(db.query(CLIENT_SQL, client_id))
@@ -46,29 +34,14 @@ local function authenticate(client_id, secret)
 end
 
 return function(req)
-  local media = (req.headers["content-type"] or ""):match("^%s*([^;%s]+)")
-  if not media or media:lower() ~= "application/x-www-form-urlencoded" then
-    return oauth_error(400, "invalid_request", "Send the request as application/x-www-form-urlencoded.")
+  local p = oauth_client.presented(req)
+  if p.error then return oauth_error(p.error, p.code, p.description) end
+  local fields, id, secret = p.fields, p.id, p.secret
+  if p.basic and (fields.client_id or fields.client_secret) then
+    return oauth_error(400, "invalid_request", "Use one client authentication method, not both.")
   end
-  local fields, err = form.parse(req.body)
-  if not fields then return oauth_error(400, "invalid_request", err .. ".") end
-
-  local id, secret
-  local authorization = req.headers["authorization"]
-  if authorization then
-    id, secret = basic_credentials(authorization)
-    if id == nil then
-      return oauth_error(401, "invalid_client", "Authenticate the client with HTTP Basic or client_id and client_secret.")
-    end
-    if id == false then return oauth_error(401, "invalid_client", "Malformed Basic credentials.") end
-    if fields.client_id or fields.client_secret then
-      return oauth_error(400, "invalid_request", "Use one client authentication method, not both.")
-    end
-  else
-    id, secret = fields.client_id, fields.client_secret
-    if not id or not secret then
-      return oauth_error(401, "invalid_client", "Client authentication is missing.")
-    end
+  if not id or not secret then
+    return oauth_error(401, "invalid_client", "Client authentication is missing.")
   end
 
   if not fields.grant_type then return oauth_error(400, "invalid_request", "grant_type is required.") end
