@@ -204,9 +204,7 @@ end
 
 local function unavailable(req, err)
   log.error("idempotency_db_error", { requestId = req.id, error = tostring(err) })
-  return problem.response(req, 503, "service_unavailable",
-    "The request could not be recorded; retry it with the same Idempotency-Key.",
-    { headers = { ["Retry-After"] = "1" } })
+  return problem.unavailable(req, "The request could not be recorded; retry it with the same Idempotency-Key.")
 end
 
 -- Raised inside the transaction to roll back a response that is not kept.
@@ -264,7 +262,7 @@ function M.wrap(req, ctx, run)
   end
 
   local status, body, headers
-  local ok, committed, err = pcall(db.transaction, function()
+  local ok, committed = pcall(db.transaction, function()
     local done, s, b, h = xpcall(run, traced)
     if not done then error(s, 0) end
     status, body, headers = s, b, h
@@ -281,8 +279,8 @@ function M.wrap(req, ctx, run)
 
   local n, rerr = db.exec(RELEASE, scope, key, owner)
   if not n then log.warn("idempotency_release_failed", { requestId = req.id, error = tostring(rerr) }) end
-  if ok then return unavailable(req, err) end            -- BEGIN or COMMIT failed
   if committed == NOT_KEPT then return status, body, headers end
+  if problem.is_outage(committed) then return unavailable(req, committed) end
   error(committed, 0)
 end
 
