@@ -263,6 +263,21 @@ static void record_request(series *c, series *h, size_t bucket, double seconds)
     }
 }
 
+/* Methods are the client's to invent: only the standard ones (RFC 9110 and
+ * PATCH, case-sensitive as methods are) get a label value of their own, so
+ * invented ones cannot fill the series table and crowd out real routes. */
+static const char *method_label(const char *method)
+{
+    static const char *const known[] = { "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE",
+                                         "OPTIONS", "CONNECT", "TRACE" };
+    if (!method)
+        return "other";
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strcmp(method, known[i]) == 0)
+            return known[i];
+    return "other";
+}
+
 void metrics_request(const char *route, const char *method, int status, double seconds)
 {
     if (isnan(seconds) || seconds < 0)
@@ -271,7 +286,7 @@ void metrics_request(const char *route, const char *method, int status, double s
     while (b < NBOUNDS && seconds > BOUNDS[b])
         b++;
     route = route ? route : "unmatched";
-    method = method ? method : "";
+    method = method_label(method);
 
     pthread_mutex_lock(&mu);
     req_cache_entry *e = req_cache_find(route, method, status);

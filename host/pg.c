@@ -290,9 +290,29 @@ static int push_not_configured(lua_State *L) {
     return 2;
 }
 
+/* The database cannot be reached or cannot serve at all, rather than
+ * refusing this statement: the connection classes (08), insufficient
+ * resources (53) and a server shutting down or starting (57P01-57P03). */
+static int unavailable_state(const char *s) {
+    return strncmp(s, "08", 2) == 0 || strncmp(s, "53", 2) == 0 ||
+           strcmp(s, "57P01") == 0 || strcmp(s, "57P02") == 0 || strcmp(s, "57P03") == 0;
+}
+
+#define UNAVAILABLE "database unavailable"
+
+/* The message Lua sees. Every outage reads "database unavailable: ...", so
+ * that an assert() on it, which keeps only the message, still says what it
+ * was (the dispatcher answers such an error with 503). */
+static void push_message(lua_State *L, const pg_failure *f) {
+    if (unavailable_state(f->sqlstate) && strncmp(f->message, UNAVAILABLE, strlen(UNAVAILABLE)) != 0)
+        lua_pushfstring(L, UNAVAILABLE ": %s", f->message);
+    else
+        lua_pushstring(L, f->message);
+}
+
 static int push_failure(lua_State *L, const pg_failure *f) {
     lua_pushnil(L);
-    lua_pushstring(L, f->message);
+    push_message(L, f);
     if (f->sqlstate[0]) lua_pushstring(L, f->sqlstate);
     else lua_pushnil(L);
     return 3;
@@ -524,6 +544,13 @@ static void tx_finish_error(sgw_pg *pg, int nested, const char *savepoint) {
     }
 }
 
+/* A transaction that could not begin or end raises instead of returning
+ * nil, err: a caller that forgot to check would take it for success. */
+static int raise_failure(lua_State *L, const pg_failure *f) {
+    push_message(L, f);
+    return lua_error(L);
+}
+
 /* db.transaction(fn, ...). A nested call runs in a savepoint, so an error
  * caught by the outer fn undoes exactly the inner part.
  *
@@ -545,9 +572,9 @@ static int transaction_run(lua_State *L) {
         char sql[64];
         snprintf(savepoint, sizeof savepoint, "sgw_tx_%d", pg->tx_depth + 1);
         snprintf(sql, sizeof sql, "SAVEPOINT %s", savepoint);
-        if (run_cmd(pg, sql, &f)) return push_failure(L, &f);
+        if (run_cmd(pg, sql, &f)) return raise_failure(L, &f);
     } else {
-        if (run_cmd(pg, "BEGIN", &f)) return push_failure(L, &f);
+        if (run_cmd(pg, "BEGIN", &f)) return raise_failure(L, &f);
     }
     pg->tx_depth++;
 
@@ -559,7 +586,7 @@ static int transaction_run(lua_State *L) {
     }
     int rc = tx_finish_ok(pg, nested, savepoint, &f);
     pg->tx_depth--;
-    if (rc) return push_failure(L, &f);
+    if (rc) return raise_failure(L, &f);
     return lua_gettop(L);            /* fn was at 1: its results fill the stack */
 }
 

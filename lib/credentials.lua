@@ -153,7 +153,8 @@ end
 -- Finds the identity behind a presented credential. Returns the identity,
 -- or nil and a reason for the log (never for the client: every refusal
 -- reads the same, so nothing tells whether a key exists). The third value
--- is true when the answer came from the cache.
+-- is true when the answer came from the cache. Raises when the database
+-- cannot answer.
 function M.lookup(credential, use_cache)
   if #credential > MAX_CREDENTIAL_LENGTH then return nil, "malformed" end
   local digest = crypto.sha256(credential)
@@ -176,8 +177,9 @@ function M.lookup(credential, use_cache)
     return nil, "malformed"
   end
   local hash = crypto.hex_encode(digest)
-  local rows, err = db.query(sql, hash)
-  if not rows then return nil, "lookup failed: " .. tostring(err) end
+  -- A credential that cannot be checked is not an invalid one: the error
+  -- goes up (an outage answers 503), never a refusal.
+  local rows = assert(db.query(sql, hash))
   local row = rows[1]
   -- The index found the row by hash; compare again in constant time so the
   -- decision never rests on a comparison that could leak timing.

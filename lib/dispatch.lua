@@ -206,6 +206,10 @@ function M.handle(req)
     if problem.is_problem(status) then
       local p = status
       status, body, headers = problem.response(req, p.status, p.code, p.detail, p.opts)
+    elseif problem.is_outage(status) then
+      log.warn("dependency_unavailable", { requestId = req.id, route = ctx.route and ctx.route.path,
+        error = tostring(status):match("[^\n]*") })
+      status, body, headers = problem.unavailable(req)
     else
       log.error("handler_error", { requestId = req.id, route = ctx.route and ctx.route.path, error = tostring(status) })
       status, body, headers = problem.response(req, 500, "internal_error",

@@ -206,9 +206,7 @@ end
 
 local function unavailable(req, err)
   log.error("idempotency_db_error", { requestId = req.id, error = tostring(err) })
-  return problem.response(req, 503, "service_unavailable",
-    "The request could not be recorded; retry it with the same Idempotency-Key.",
-    { headers = { ["Retry-After"] = "1" } })
+  return problem.unavailable(req, "The request could not be recorded; retry it with the same Idempotency-Key.")
 end
 
 -- Raised inside the transaction to roll back a response that is not kept.
@@ -269,10 +267,10 @@ function M.wrap(req, ctx, run, prepare)
 
   local status, body, headers
   -- A failed prepare is the handler's error: ok stays false, committed holds it.
-  local prepared, ok, committed, err = true, false, nil, nil
+  local prepared, ok, committed = true, false, nil
   if prepare then prepared, committed = xpcall(prepare, traced) end
   if prepared then
-    ok, committed, err = pcall(db.transaction, function()
+    ok, committed = pcall(db.transaction, function()
       local done, s, b, h = xpcall(run, traced)
       if not done then error(s, 0) end
       status, body, headers = s, b, h
@@ -290,8 +288,8 @@ function M.wrap(req, ctx, run, prepare)
 
   local n, rerr = db.exec(RELEASE, scope, key, owner)
   if not n then log.warn("idempotency_release_failed", { requestId = req.id, error = tostring(rerr) }) end
-  if ok then return unavailable(req, err) end            -- BEGIN or COMMIT failed
   if committed == NOT_KEPT then return status, body, headers end
+  if problem.is_outage(committed) then return unavailable(req, committed) end
   error(committed, 0)
 end
 

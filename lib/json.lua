@@ -32,11 +32,27 @@ function M.encode(value)
   return s
 end
 
+local HUGE = math.huge
+
+-- cjson reads 1e999999 as infinity, which nothing downstream can encode or
+-- store again: such a number is refused like any other malformed input.
+local function finite(v)
+  local t = type(v)
+  if t == "number" then return v == v and v ~= HUGE and v ~= -HUGE end
+  if t == "table" then
+    for _, x in pairs(v) do
+      if not finite(x) then return false end
+    end
+  end
+  return true
+end
+
 -- Returns value, or nil and a message. Refuses what is not a JSON text.
 function M.decode(text)
   if type(text) ~= "string" then return nil, "not a string" end
   local value, err = safe.decode(text)
   if value == nil and err then return nil, err end
+  if not finite(value) then return nil, "a number is too large to represent" end
   return value
 end
 

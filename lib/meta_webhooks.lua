@@ -92,6 +92,19 @@ local function instagram_change(value, entry_id, entry_time)
   }
 end
 
+-- PostgreSQL text holds UTF-8 without NUL bytes; anything else fails the
+-- statement, and with it the job, at every attempt.
+function M.storable(text)
+  return utf8.len(text) ~= nil and not text:find("\0", 1, true)
+end
+
+-- A string field of the observation that could not be stored, or nil.
+local function unstorable_field(o)
+  for k, v in pairs(o) do
+    if type(v) == "string" and not M.storable(v) then return k end
+  end
+end
+
 -- normalize(delivery, accounts) -> observations, skipped
 -- accounts(platform, platform_account_id) returns the social account ids that
 -- stand for that Page or Instagram user (several companies or environments
@@ -132,6 +145,9 @@ function M.normalize(delivery, accounts)
           o, why = page_change(change.value, entry_id, entry_time)
         else
           o, why = instagram_change(change.value, entry_id, entry_time)
+        end
+        if o and unstorable_field(o) then
+          o, why = nil, unstorable_field(o) .. " is not UTF-8 text without NUL bytes"
         end
         if o and #ids == 0 then o, why = nil, "no connected account for " .. entry_id end
         if not o then

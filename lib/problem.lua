@@ -63,6 +63,24 @@ function M.is_problem(v)
   return getmetatable(v) == Problem
 end
 
+-- True when an error (a message, or a traceback that starts with one) says
+-- the database could not be reached: the db binding words every such
+-- failure "database unavailable: ...", also through assert().
+function M.is_outage(err)
+  return type(err) == "string" and err:find("database unavailable", 1, true) ~= nil
+end
+
+-- Seconds a client waits before it tries again after a dependency outage.
+M.OUTAGE_RETRY_AFTER = 2
+
+-- The answer to a dependency outage: 503 with Retry-After, never a 500 or a
+-- refusal of the credential (nothing was decided).
+function M.unavailable(req, detail)
+  return M.response(req, 503, "service_unavailable",
+    detail or "A service the gateway depends on is unavailable; nothing was changed. Retry after the time in Retry-After.",
+    { headers = { ["Retry-After"] = tostring(M.OUTAGE_RETRY_AFTER) } })
+end
+
 -- status, body, headers for a problem, ready for the dispatcher.
 function M.response(req, status, code, detail, opts)
   opts = opts or {}

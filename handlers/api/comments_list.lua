@@ -12,9 +12,7 @@ return function(req, ctx)
   if not limit then problem.raise(400, "invalid_parameter", lerr) end
   local after
   if q.cursor then
-    after = cursor.decode(q.cursor, { t = "string", id = "string" })
-    -- t goes into SQL as a timestamp: a forged one must not become a 500.
-    if after and not after.t:match("^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%d%.%d+Z$") then after = nil end
+    after = cursor.decode(q.cursor, { t = "time", id = "id" })
     if not after then problem.raise(400, "invalid_cursor", "The cursor is not one this API gave out.") end
   end
   if not posts.find(ctx.client, req.params.postId) then problem.raise(404, "not_found", "No post with this id.") end

@@ -17,7 +17,7 @@ return function(req, ctx)
   end
   local after
   if q.cursor then
-    after = cursor.decode(q.cursor, { t = "string", id = "string" })
+    after = cursor.decode(q.cursor, { t = "time", id = "id" })
     if not after then problem.raise(400, "invalid_cursor", "The cursor is not one this API gave out.") end
   end
   local rows = assert(db.query("SELECT id, " .. sqltime.exact("created_at", "position_t") .. [[ FROM posts

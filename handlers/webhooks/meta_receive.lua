@@ -5,6 +5,7 @@
 local problem = require "problem"
 local json = require "json"
 local jobs = require "jobs"
+local meta_webhooks = require "meta_webhooks"
 
 local function signed(req)
   local secret = config.get("meta.app_secret") or ""
@@ -18,6 +19,15 @@ return function(req)
     -- Every 401 names a scheme (contract: Bearer); the signature is what counts here.
     return problem.response(req, 401, "unauthenticated", "X-Hub-Signature-256 is missing or does not match the body.",
       { headers = { ["WWW-Authenticate"] = "Bearer" } })
+  end
+  if not meta_webhooks.storable(req.body or "") then
+    -- A NUL byte or invalid UTF-8 cannot be stored as text, and Meta would
+    -- retry a refusal for 36 h: kept hex-encoded as a record, skipped, 200.
+    local rows = assert(db.query([[INSERT INTO meta_webhook_deliveries (body, processed_at, error)
+        VALUES ($1, now(), $2) RETURNING id]], crypto.hex_encode(req.body),
+      "the body is not UTF-8 text without NUL bytes (stored hex-encoded); not processed"))
+    log.warn("meta_delivery_skipped", { deliveryId = rows[1].id, reason = "body not UTF-8 text without NUL bytes" })
+    return 200, { received = true }
   end
   -- An object, not an array: cjson decodes both to a table.
   local delivery = json.decode(req.body or "")

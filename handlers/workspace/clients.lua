@@ -34,6 +34,7 @@ return web.page(function(w)
   end
   local created, err = credentials.create_client(opts)
   if not created then
+    if problem.is_outage(err) then error(err, 0) end  -- the outage page
     log.error("workspace_client_create_failed", { error = err })
     return w:fail(500, "The client could not be created", "Nothing was created. Try again in a moment.",
       "/workspace/clients", "Back to API clients")

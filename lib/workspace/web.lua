@@ -10,6 +10,7 @@
 local template = require "template"
 local form = require "form"
 local session = require "workspace.session"
+local problem = require "problem"
 
 local M = {}
 
@@ -123,35 +124,56 @@ local function url_escape(s)
   return (tostring(s):gsub("[^%w%-%._~/]", function(c) return string.format("%%%02X", c:byte()) end))
 end
 
+local function serve(fn, signed_in, req)
+  local w = setmetatable({ req = req }, W)
+  w.token = session.cookie_token(req)
+  w.session = session.find(w.token)
+  if not w.token then
+    -- A first visit: a token for the CSRF checks of the sign-in forms.
+    w.token = session.new_token()
+    w.cookie = session.cookie(w.token)
+  end
+  w.csrf = session.csrf_for(w.token)
+
+  if req.method == "POST" then
+    local fields, err = form.parse(req.body or "", 200)
+    if not fields then
+      return w:fail(400, "The form could not be read", "The browser sent a malformed form (" .. err .. "). Reload the page and try again.")
+    end
+    if not session.csrf_ok(session.cookie_token(req), fields.csrf) then
+      return w:fail(403, "The form has expired",
+        "This form was not sent from the current workspace page (its security token is missing or stale). "
+        .. "Reload the page and send it again; if it keeps happening, allow cookies for this site.")
+    end
+    w.form = fields
+  end
+
+  if signed_in and not w.session then
+    return w:redirect("/workspace/login?next=" .. url_escape(req.method == "GET" and req.path or "/workspace"))
+  end
+  return fn(w)
+end
+
+-- Keeps where an error came from before it leaves this page; an outage
+-- stays a plain message so that it can be told apart.
+local function traced(e)
+  if problem.is_outage(e) or problem.is_problem(e) or type(traceback) ~= "function" then return e end
+  return traceback(tostring(e))
+end
+
 local function wrap(fn, signed_in)
   return function(req)
+    local ok, status, body, hdrs = xpcall(serve, traced, fn, signed_in, req)
+    if ok then return status, body, hdrs end
+    if not problem.is_outage(status) then error(status, 0) end
+    -- The database is down: a page that says so (a problem document would
+    -- mean nothing to a person), and nothing was changed.
+    log.warn("dependency_unavailable", { requestId = req.id, route = req.path, error = tostring(status) })
     local w = setmetatable({ req = req }, W)
-    w.token = session.cookie_token(req)
-    w.session = session.find(w.token)
-    if not w.token then
-      -- A first visit: a token for the CSRF checks of the sign-in forms.
-      w.token = session.new_token()
-      w.cookie = session.cookie(w.token)
-    end
-    w.csrf = session.csrf_for(w.token)
-
-    if req.method == "POST" then
-      local fields, err = form.parse(req.body or "", 200)
-      if not fields then
-        return w:fail(400, "The form could not be read", "The browser sent a malformed form (" .. err .. "). Reload the page and try again.")
-      end
-      if not session.csrf_ok(session.cookie_token(req), fields.csrf) then
-        return w:fail(403, "The form has expired",
-          "This form was not sent from the current workspace page (its security token is missing or stale). "
-          .. "Reload the page and send it again; if it keeps happening, allow cookies for this site.")
-      end
-      w.form = fields
-    end
-
-    if signed_in and not w.session then
-      return w:redirect("/workspace/login?next=" .. url_escape(req.method == "GET" and req.path or "/workspace"))
-    end
-    return fn(w)
+    return w:render("error", { title = "Temporarily unavailable",
+      message = "The workspace cannot reach its database just now; nothing was changed. Try again in a moment.",
+      next_href = req.method == "GET" and req.path or "/workspace", next_label = "Try again" },
+      503, { ["Retry-After"] = tostring(problem.OUTAGE_RETRY_AFTER) })
   end
 end
 

@@ -165,6 +165,23 @@ int main(void)
     metrics_request(NULL, "GET", 404, 0.01);
     check(has_line("sgw_http_requests_total{route=\"unmatched\",method=\"GET\",status=\"404\"} 1"),
           "NULL route is unmatched", NULL);
+    /* invented methods share one series: they cannot exhaust the cap */
+    metrics_reset();
+    char invented[16];
+    for (int i = 0; i < 5000; i++) {
+        snprintf(invented, sizeof invented, "X%d", i);
+        metrics_request("/m", invented, 405, 0.01);
+    }
+    metrics_request("/m", "get", 405, 0.01);
+    metrics_request("/m", NULL, 400, 0.01);
+    metrics_request("/m", "PATCH", 405, 0.01);
+    check(has_line("sgw_http_requests_total{route=\"/m\",method=\"other\",status=\"405\"} 5001"),
+          "unknown methods are counted as other", NULL);
+    check(has_line("sgw_http_requests_total{route=\"/m\",method=\"other\",status=\"400\"} 1"),
+          "a missing method is other", NULL);
+    check(has_line("sgw_http_requests_total{route=\"/m\",method=\"PATCH\",status=\"405\"} 1"),
+          "standard methods keep their name", NULL);
+    check(has_line("sgw_metrics_series_dropped_total 0"), "no series dropped for invented methods", NULL);
     metrics_count("frac_total", NULL, 0.1);
     metrics_count("frac_total", NULL, 0.2);
     check(has_line("frac_total 0.30000000000000004"), "fractions round-trip", NULL);

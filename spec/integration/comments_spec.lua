@@ -235,6 +235,24 @@ describe("comments", function()
       assert.are.equal(before, count("SELECT count(*) FROM meta_webhook_deliveries"))
     end)
 
+    it("stores a signed body with a NUL byte or bad UTF-8 as skipped and answers 200 (Meta would retry a refusal)", function()
+      for _, raw in ipairs { '{"object":"page","entry":[]}\0', '{"object":"page","x":"\255"}' } do
+        local status, body = deliver(raw)
+        assert.are.equal(200, status, body)
+        assert.are.same({ received = true }, cjson.decode(body))
+        local hex = raw:gsub(".", function(c) return string.format("%02x", c:byte()) end)
+        assert.are.equal(1, count("SELECT count(*) FROM meta_webhook_deliveries WHERE body = '" .. hex
+          .. "' AND processed_at IS NOT NULL AND error LIKE '%NUL%'"))
+      end
+    end)
+
+    it("skips a change whose text holds a NUL and keeps the rest of the delivery", function()
+      local bad, good = fb_comment_id(), fb_comment_id()
+      ingest(page({ fb_change("add", bad, T0 + 1.5, { message = "a\0b" }), fb_change("add", good, T0 + 1.5) }))
+      assert.is_truthy(get_comment(good))
+      assert.are.equal(0, count("SELECT count(*) FROM comments WHERE platform_comment_id = '" .. bad .. "'"))
+    end)
+
     it("creates the comment in the exact shape and tells the post's client", function()
       local id, t = fb_comment_id(), T0 + 1.0
       ingest(page({ fb_change("add", id, t, { message = "Grüße aus Köln 👋" }) }))
@@ -456,7 +474,8 @@ describe("comments", function()
         assert.are.equal("invalid_parameter", body.code)
       end
       local forged = "eyJ0Ijoibm90IGEgdGltZSIsImlkIjoieCJ9" -- {"t":"not a time","id":"x"}
-      for _, c in ipairs { "not-a-cursor", forged } do
+      local month13 = "eyJ0IjoiMjAyNi0xMy0wMVQxMDowMDowMC4wMDAwMDBaIiwiaWQiOiJjbXRfeCJ9" -- {"t":"2026-13-01T10:00:00.000000Z","id":"cmt_x"}
+      for _, c in ipairs { "not-a-cursor", forged, month13 } do
         local status, body = api("GET", "/api/v1/posts/" .. fb_post.id .. "/comments?cursor=" .. c)
         assert.are.equal(400, status, c)
         assert.are.equal("invalid_cursor", body.code)

@@ -107,6 +107,15 @@ describe("idempotency", function()
     assert.are.equal(1, items())
   end)
 
+  it("refuses a number too large to represent with 400 invalid_json, and keeps nothing", function()
+    for i, body in ipairs { '{"name":"a","n":1e999999}', '{"name":"a","n":-1e999999}', '{"name":["1' .. string.rep("0", 400) .. '"],"n":1' .. string.rep("0", 400) .. '}' } do
+      local status, problem = post("/test/idem", "overflow-" .. i, body)
+      assert.are.equal(400, status, body)
+      assert.are.equal("invalid_json", cjson.decode(problem).code)
+    end
+    assert.are.equal(0, items())
+  end)
+
   it("refuses the same key with a different body or path with 422 idempotency_key_reused", function()
     assert.are.equal(201, (post("/test/idem", "reused-1", '{"name":"a"}')))
     local s, b, h = post("/test/idem", "reused-1", '{"name":"b"}')

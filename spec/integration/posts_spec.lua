@@ -251,9 +251,13 @@ describe("posts", function()
       cursor = page.nextCursor ~= cjson.null and page.nextCursor or nil
     until not cursor
     assert.is_true(pages > 2)
-    local status, bad = api("GET", "/api/v1/posts?cursor=not-a-cursor")
-    assert.are.equal(400, status)
-    assert.are.equal("invalid_cursor", bad.code)
+    -- Made up, or forged with a date PostgreSQL would refuse: {"t":"0000-01-01...","id":"post_x"},
+    -- {"t":"2026-02-30...","id":"post_x"}.
+    for _, c in ipairs { "not-a-cursor", "eyJ0IjoiMDAwMC0wMS0wMVQwMDowMDowMC4wMDAwMDBaIiwiaWQiOiJwb3N0X3gifQ", "eyJ0IjoiMjAyNi0wMi0zMFQxMDowMDowMC4wMDAwMDBaIiwiaWQiOiJwb3N0X3gifQ" } do
+      local status, bad = api("GET", "/api/v1/posts?cursor=" .. c)
+      assert.are.equal(400, status, c)
+      assert.are.equal("invalid_cursor", bad.code)
+    end
     assert.are.equal(400, (api("GET", "/api/v1/posts?limit=101")))
     assert.are.equal(400, (api("GET", "/api/v1/posts?status=bogus")))
     local _, cancelled = api("GET", "/api/v1/posts?status=cancelled")
