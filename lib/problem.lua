@@ -77,7 +77,8 @@ M.OUTAGE_RETRY_AFTER = 2
 -- refusal of the credential (nothing was decided).
 function M.unavailable(req, detail)
   return M.response(req, 503, "service_unavailable",
-    detail or "A service the gateway depends on is unavailable; nothing was changed. Retry after the time in Retry-After.",
+    detail or "A service the gateway depends on is unavailable. Retry after the time in Retry-After "
+      .. "(with the same Idempotency-Key, if you sent one).",
     { headers = { ["Retry-After"] = tostring(M.OUTAGE_RETRY_AFTER) } })
 end
 

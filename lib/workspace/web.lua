@@ -167,11 +167,11 @@ local function wrap(fn, signed_in)
     if ok then return status, body, hdrs end
     if not problem.is_outage(status) then error(status, 0) end
     -- The database is down: a page that says so (a problem document would
-    -- mean nothing to a person), and nothing was changed.
+    -- mean nothing to a person).
     log.warn("dependency_unavailable", { requestId = req.id, route = req.path, error = tostring(status) })
     local w = setmetatable({ req = req }, W)
     return w:render("error", { title = "Temporarily unavailable",
-      message = "The workspace cannot reach its database just now; nothing was changed. Try again in a moment.",
+      message = "The workspace cannot reach its database just now. Try again in a moment; if you had sent a form, check that it took effect.",
       next_href = req.method == "GET" and req.path or "/workspace", next_label = "Try again" },
       503, { ["Retry-After"] = tostring(problem.OUTAGE_RETRY_AFTER) })
   end
