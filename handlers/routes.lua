@@ -71,6 +71,8 @@ local routes = {
     scope = "sandbox:write", sandbox_only = true, idempotency = "optional", validates_body = true },
   { method = "POST", path = "/api/v1/sandbox/comments", handler = "api/sandbox_comments_create",
     scope = "sandbox:write", sandbox_only = true, idempotency = "optional", validates_body = true },
+  -- A sandbox post's permalink: a page for people; the token is the key.
+  { method = "GET", path = "/sandbox/posts/{token}", handler = "sandbox/post_page", auth = false },
 }
 
 -- Web workspace (/workspace): people, not API clients. The pages check their

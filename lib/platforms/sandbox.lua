@@ -2,6 +2,8 @@
 -- Platform rules were applied when the post was created; what is left to
 -- simulate is the platform's answer, including the failures a test scripted
 -- with POST /api/v1/sandbox/failures.
+local sandbox_pages = require "sandbox_pages"
+
 local M = {}
 
 local function digits(n)
@@ -21,7 +23,10 @@ local MESSAGES = {
 }
 M.ERROR_CLASSES = MESSAGES
 
-local function permalink_of(account, id)
+-- A publication's permalink: its page on the gateway (lib/sandbox_pages.lua);
+-- one made before those pages existed keeps the platform-shaped URL it was given.
+local function permalink_of(account, id, token)
+  if token then return sandbox_pages.url(token) end
   if account.platform == "facebook" then
     return "https://www.facebook.com/" .. account.platform_account_id .. "/posts/" .. id:match("_(%d+)$")
   end
@@ -52,19 +57,21 @@ function M.publish(ctx)
   else
     id = digits(17)
   end
-  assert(db.exec([[INSERT INTO sandbox_publications (platform_post_id, social_account_id, post_target_id, message)
-      VALUES ($1, $2, $3, $4)]], id, ctx.account.id, ctx.target.id, ctx.post.content and ctx.post.content.message))
-  return { status = "published", platform_post_id = id, permalink_url = permalink_of(ctx.account, id) }
+  local token = sandbox_pages.new_token()
+  assert(db.exec([[INSERT INTO sandbox_publications (platform_post_id, social_account_id, post_target_id, message,
+      page_token) VALUES ($1, $2, $3, $4, $5)]],
+    id, ctx.account.id, ctx.target.id, ctx.post.content and ctx.post.content.message, token))
+  return { status = "published", platform_post_id = id, permalink_url = permalink_of(ctx.account, id, token) }
 end
 
 -- Like a platform, the simulator can say whether an interrupted attempt
 -- published after all.
 function M.resolve(ctx)
-  local rows = assert(db.query([[SELECT platform_post_id FROM sandbox_publications
+  local rows = assert(db.query([[SELECT platform_post_id, page_token FROM sandbox_publications
       WHERE post_target_id = $1 ORDER BY created_at LIMIT 1]], ctx.target.id))
   if not rows[1] then return { status = "not_found" } end
   local id = rows[1].platform_post_id
-  return { status = "published", platform_post_id = id, permalink_url = permalink_of(ctx.account, id) }
+  return { status = "published", platform_post_id = id, permalink_url = permalink_of(ctx.account, id, rows[1].page_token) }
 end
 
 -- Comments: the simulator keeps no comments of its own (sgw's comments table

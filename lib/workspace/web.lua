@@ -3,7 +3,8 @@
 -- default), redirects, error pages and the headers that keep pages private.
 --
 --   local web = require "workspace.web"
---   return web.page(function(w)            -- signed in; web.public(...): anyone
+--   return web.page(function(w)            -- signed in; web.public(...): anyone;
+--                                          -- web.anonymous(...): anyone, no session at all
 --     -- w.req, w.session (company_id, user_id, email, company_name), w.form (POST)
 --     return w:render("clients", { clients = ... })
 --   end)
@@ -39,6 +40,7 @@ local HEADERS = {
   ["X-Content-Type-Options"] = "nosniff",
   ["Referrer-Policy"] = "same-origin",
 }
+M.HEADERS = HEADERS
 
 -- One-line messages after a redirect (?notice=...), so nothing a link
 -- carries is ever shown as text.
@@ -78,13 +80,16 @@ local function headers(w, extra)
   return h
 end
 
--- Renders a page template inside the layout. data.title names the page.
+-- Renders a page template inside the layout. data.title names the page;
+-- data.area and data.home, the part of sgw it belongs to (default: the
+-- workspace).
 function W:render(name, data, status, extra_headers)
   data = data or {}
   data.csrf = self.csrf
   local s = self.session
   local page = {
     title = data.title, css = CSS_URL, js = JS_URL, csrf = self.csrf,
+    area = data.area or "workspace", home = data.home or "/workspace",
     session = s and { email = s.email, company_name = s.company_name } or nil,
     nav = s and {
       { href = "/workspace/connections", label = "Connections", current = data.section == "connections" },
@@ -124,8 +129,9 @@ local function url_escape(s)
   return (tostring(s):gsub("[^%w%-%._~/]", function(c) return string.format("%%%02X", c:byte()) end))
 end
 
-local function serve(fn, signed_in, req)
+local function serve(fn, mode, req)
   local w = setmetatable({ req = req }, W)
+  if mode == "anonymous" then return fn(w) end
   w.token = session.cookie_token(req)
   w.session = session.find(w.token)
   if not w.token then
@@ -148,7 +154,7 @@ local function serve(fn, signed_in, req)
     w.form = fields
   end
 
-  if signed_in and not w.session then
+  if mode == "signed_in" and not w.session then
     return w:redirect("/workspace/login?next=" .. url_escape(req.method == "GET" and req.path or "/workspace"))
   end
   return fn(w)
@@ -161,9 +167,9 @@ local function traced(e)
   return traceback(tostring(e))
 end
 
-local function wrap(fn, signed_in)
+local function wrap(fn, mode)
   return function(req)
-    local ok, status, body, hdrs = xpcall(serve, traced, fn, signed_in, req)
+    local ok, status, body, hdrs = xpcall(serve, traced, fn, mode, req)
     if ok then return status, body, hdrs end
     if not problem.is_outage(status) then error(status, 0) end
     -- The database is down: a page that says so (a problem document would
@@ -178,10 +184,14 @@ local function wrap(fn, signed_in)
 end
 
 -- A page for signed-in people; others are sent to sign in.
-function M.page(fn) return wrap(fn, true) end
+function M.page(fn) return wrap(fn, "signed_in") end
 
 -- A page for anyone (sign-in, sign-up).
-function M.public(fn) return wrap(fn, false) end
+function M.public(fn) return wrap(fn, "public") end
+
+-- A page for anyone that neither reads nor sets a session cookie and takes
+-- no form (the sandbox's post pages): w.session and w.csrf are nil.
+function M.anonymous(fn) return wrap(fn, "anonymous") end
 
 -- Signs in: a new session and cookie, then on to `next`.
 function W:sign_in(user, next_path)
