@@ -688,12 +688,17 @@ int luart_init(const char *root, char *err, size_t errlen) {
 int luart_reload(char *err, size_t errlen) {
     static pthread_mutex_t reload_lock = PTHREAD_MUTEX_INITIALIZER;
     pthread_mutex_lock(&reload_lock);
+    /* The service manager hears of every reload, SIGHUP's or /reload's; the
+     * lock keeps each RELOADING=1 paired with its READY=1. */
+    notify_reloading();
     sgw_gen *g = gen_build(runtime_root, err, errlen);
     pthread_mutex_lock(&gen_lock);
     if (!g) {
         snprintf(last_error, sizeof last_error, "%s", err);
         atomic_fetch_add(&reload_failures, 1);
         pthread_mutex_unlock(&gen_lock);
+        /* Still serving, with the previous handlers. */
+        notify_send("READY=1\nSTATUS=reload refused; serving the previous handlers");
         pthread_mutex_unlock(&reload_lock);
         log_msg(LOG_ERROR, "reload_refused", "%s", err);
         return -1;
@@ -705,6 +710,7 @@ int luart_reload(char *err, size_t errlen) {
     last_error[0] = 0;
     uint64_t id = g->id;
     pthread_mutex_unlock(&gen_lock);
+    notify_send("READY=1\nSTATUS=serving, handlers generation %llu", (unsigned long long)id);
     pthread_mutex_unlock(&reload_lock);
     luart_release(old);
     log_msg(LOG_INFO, "reloaded", "generation %llu loaded", (unsigned long long)id);

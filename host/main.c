@@ -8,6 +8,7 @@
 #include "sgw.h"
 
 #include <curl/curl.h>
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -22,25 +23,38 @@ atomic_int sgw_shutting_down;
 atomic_int sgw_reload_requested;
 
 static char root[PATH_MAX];
+/* Set when the root is an installed tree (<prefix>/share/sgw beside
+ * <prefix>/bin/sgw): its configuration file is then read too. */
+static char installed_prefix[PATH_MAX];
 
-static void usage(FILE *out) {
-    fprintf(out,
-            "usage: sgw <command> [--config FILE] [--set key=value]... [arguments]\n"
-            "\n"
-            "commands:\n"
-            "  serve                 run the gateway (public API, admin listener, job workers)\n"
-            "  migrate               apply migrations/ to database.url (safe to run concurrently)\n"
-            "  reload                ask the running instance at admin.listen to reload handlers/ and lib/\n"
-            "  check                 load handlers/ and lib/ and report whether they load\n"
-            "  version               print the version\n"
-            "  company|client|account|user|meta|sandbox ...   operator commands (see README)\n"
-            "\n"
-            "Defaults are in config/sgw.conf; --config FILE overrides them, --set key=value overrides both.\n");
-}
+typedef struct cli_args {
+    const char *command;
+    const char *args[64];
+    int         nargs;
+    int         help;      /* sgw --help, sgw help */
+    int         version;   /* sgw --version */
+} cli_args;
 
-/* The project root holds config/, handlers/, lib/ and migrations/: the
- * working directory when it has them, else the directory above the binary's
- * build directory, so build/sgw works from anywhere. */
+typedef struct command {
+    const char *name;
+    const char *summary;
+    /* Usage and what it does, for `sgw <name> --help`; NULL for the operator
+     * commands in Lua, which print their own from the table that parses
+     * their flags (lib/cli.lua). */
+    const char *help;
+    int (*run)(const cli_args *);
+} command;
+
+static const char global_options[] =
+    "options every command takes:\n"
+    "  --config FILE         read FILE over the defaults (key = value lines; a file holding secrets must be mode 0600)\n"
+    "  --set key=value       set one key over every file (repeatable; shows in the process list: no secrets)\n"
+    "  --help, -h            print this help\n";
+
+/* The project root holds config/, handlers/, lib/ and migrations/: SGW_ROOT
+ * when set; else the working directory when it has them; else, walking up
+ * from the binary, a directory that has them (build/sgw in a checkout) or an
+ * installed tree, <prefix>/share/sgw for <prefix>/bin/sgw. */
 static int find_root(void) {
     const char *env = getenv("SGW_ROOT");
     char cand[PATH_MAX + 32];
@@ -65,20 +79,75 @@ static int find_root(void) {
             snprintf(root, sizeof root, "%s", exe);
             return 0;
         }
+        snprintf(cand, sizeof cand, "%s/share/sgw/config/sgw.conf", exe);
+        if (up > 0 && access(cand, R_OK) == 0) {
+            if (snprintf(root, sizeof root, "%s/share/sgw", exe) >= (int)sizeof root) return -1;
+            snprintf(installed_prefix, sizeof installed_prefix, "%s", exe[0] ? exe : "/");
+            return 0;
+        }
     }
     return -1;
 }
 
-typedef struct cli_args {
-    const char *command;
-    const char *args[64];
-    int         nargs;
-} cli_args;
+/* An installed tree's own configuration file: <sysconfdir>/sgw/sgw.conf, where
+ * a relative sysconfdir is under the prefix, except that a /usr install reads
+ * /etc (the GNU convention, as GNUInstallDirs installs it). */
+static void installed_config_path(char *buf, size_t n) {
+    const char *etc = SGW_INSTALL_SYSCONFDIR;
+    if (etc[0] == '/') snprintf(buf, n, "%s/sgw/sgw.conf", etc);
+    else if (strcmp(installed_prefix, "/usr") == 0) snprintf(buf, n, "/%s/sgw/sgw.conf", etc);
+    else snprintf(buf, n, "%s/%s/sgw/sgw.conf", strcmp(installed_prefix, "/") ? installed_prefix : "", etc);
+}
 
-static int load_config(int argc, char **argv, cli_args *out) {
+/* Sorts the words of the command line: the command, its arguments, and the
+ * global flags (--config and --set are read later, once the defaults are). */
+static int parse_args(int argc, char **argv, cli_args *out) {
+    memset(out, 0, sizeof *out);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--config") == 0 || strcmp(a, "--set") == 0) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "sgw: %s needs a value; see sgw --help\n", a);
+                return -1;
+            }
+            i++;
+        } else if (!out->command && (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)) {
+            out->help = 1;
+        } else if (!out->command && strcmp(a, "--version") == 0) {
+            out->version = 1;
+        } else if (!out->command && a[0] == '-') {
+            fprintf(stderr, "sgw: unknown option %s; see sgw --help\n", a);
+            return -1;
+        } else if (!out->command) {
+            out->command = a;
+        } else if (out->nargs < (int)(sizeof out->args / sizeof out->args[0])) {
+            out->args[out->nargs++] = a;
+        } else {
+            fprintf(stderr, "sgw: too many arguments\n");
+            return -1;
+        }
+    }
+    /* `sgw help serve` is `sgw serve --help`. */
+    if (out->command && strcmp(out->command, "help") == 0) {
+        if (out->nargs == 0) {
+            out->command = NULL;
+            out->help = 1;
+        } else {
+            out->command = out->args[0];
+            out->args[0] = "--help";
+            out->nargs = 1;
+        }
+    }
+    return 0;
+}
+
+/* Defaults (config/sgw.conf under the root), then an installed tree's own
+ * file, then each --config file in order, then every --set, whatever their
+ * order on the command line. */
+static int load_config(int argc, char **argv) {
     char err[1024], path[PATH_MAX + 32];
     if (find_root()) {
-        fprintf(stderr, "sgw: cannot find config/sgw.conf (run from the project directory or set SGW_ROOT)\n");
+        fprintf(stderr, "sgw: cannot find config/sgw.conf (run from the project directory, install sgw, or set SGW_ROOT)\n");
         return -1;
     }
     snprintf(path, sizeof path, "%s/config/sgw.conf", root);
@@ -86,24 +155,22 @@ static int load_config(int argc, char **argv, cli_args *out) {
         fprintf(stderr, "sgw: %s\n", err);
         return -1;
     }
-    memset(out, 0, sizeof *out);
-    /* Files first, then --set, whatever their order on the command line. */
+    if (installed_prefix[0]) {
+        installed_config_path(path, sizeof path);
+        if (access(path, F_OK) == 0 && config_load_file(path, 0, err, sizeof err)) {
+            fprintf(stderr, "sgw: %s\n", err);
+            return -1;
+        }
+    }
     for (int pass = 0; pass < 2; pass++) {
-        out->nargs = 0;
-        out->command = NULL;
-        for (int i = 1; i < argc; i++) {
-            const char *a = argv[i];
-            if ((strcmp(a, "--config") == 0 || strcmp(a, "--set") == 0) && i + 1 >= argc) {
-                fprintf(stderr, "sgw: %s needs a value\n", a);
-                return -1;
-            }
-            if (strcmp(a, "--config") == 0) {
+        for (int i = 1; i + 1 < argc; i++) {
+            if (strcmp(argv[i], "--config") == 0) {
                 if (pass == 0 && config_load_file(argv[i + 1], 0, err, sizeof err)) {
                     fprintf(stderr, "sgw: %s\n", err);
                     return -1;
                 }
                 i++;
-            } else if (strcmp(a, "--set") == 0) {
+            } else if (strcmp(argv[i], "--set") == 0) {
                 const char *kv = argv[++i];
                 const char *eq = strchr(kv, '=');
                 if (!eq) {
@@ -116,15 +183,6 @@ static int load_config(int argc, char **argv, cli_args *out) {
                     fprintf(stderr, "sgw: %s\n", err);
                     return -1;
                 }
-            } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-                out->command = "help";
-            } else if (!out->command) {
-                out->command = a;
-            } else if (out->nargs < (int)(sizeof out->args / sizeof out->args[0])) {
-                out->args[out->nargs++] = a;
-            } else {
-                fprintf(stderr, "sgw: too many arguments\n");
-                return -1;
             }
         }
     }
@@ -149,7 +207,8 @@ static int require_database(void) {
     return 0;
 }
 
-static int cmd_migrate(void) {
+static int cmd_migrate(const cli_args *a) {
+    (void)a;
     if (require_database()) return 2;
     char dir[PATH_MAX + 16];
     snprintf(dir, sizeof dir, "%s/migrations", root);
@@ -165,7 +224,8 @@ static int init_runtime(void) {
     return 0;
 }
 
-static int cmd_check(void) {
+static int cmd_check(const cli_args *a) {
+    (void)a;
     if (init_runtime()) return 1;
     printf("{\"status\":\"ok\",\"generation\":%llu}\n", (unsigned long long)luart_generation_id());
     luart_shutdown();
@@ -177,7 +237,8 @@ static size_t collect_body(char *ptr, size_t size, size_t nmemb, void *ud) {
     return size * nmemb;
 }
 
-static int cmd_reload(void) {
+static int cmd_reload(const cli_args *a) {
+    (void)a;
     char url[512];
     snprintf(url, sizeof url, "http://%s/reload", config_str("admin.listen"));
     CURL *c = curl_easy_init();
@@ -245,9 +306,29 @@ static int l_read_secret(lua_State *L) {
     return 1;
 }
 
+/* console.migrations: the migration files the root ships (NNNN_name.sql),
+ * for `sgw doctor` to compare with what the database has applied. */
+static void push_migrations(lua_State *L) {
+    char dir[PATH_MAX + 16];
+    snprintf(dir, sizeof dir, "%s/migrations", root);
+    lua_newtable(L);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name), digits = strspn(e->d_name, "0123456789");
+        if (digits && e->d_name[digits] == '_' && len > 4 && strcmp(e->d_name + len - 4, ".sql") == 0) {
+            lua_pushstring(L, e->d_name);
+            lua_rawseti(L, -2, ++n);
+        }
+    }
+    closedir(d);
+}
+
 /* Operator commands live in Lua (handlers/cli/<command>.lua): they get the
- * arguments and a table of console functions ({read_secret}), and return
- * exit_code, stdout_text, stderr_text. */
+ * arguments and a table of console functions and facts ({read_secret,
+ * migrations}), and return exit_code, stdout_text, stderr_text. */
 static int cmd_lua(const cli_args *a) {
     if (init_runtime()) return 1;
     sgw_worker w;
@@ -263,9 +344,7 @@ static int cmd_lua(const cli_args *a) {
         if (*p == '-') *p = '_';
     lua_State *L = w.L;
     if (luart_require(L, mod, err, sizeof err)) {
-        fprintf(stderr, "sgw: unknown command '%s'\n\n", a->command);
-        usage(stderr);
-        code = 2;
+        fprintf(stderr, "sgw: %s does not load: %s\n", a->command, err);
     } else {
         lua_newtable(L);
         for (int i = 0; i < a->nargs; i++) {
@@ -275,6 +354,8 @@ static int cmd_lua(const cli_args *a) {
         lua_newtable(L);
         lua_pushcfunction(L, l_read_secret);
         lua_setfield(L, -2, "read_secret");
+        push_migrations(L);
+        lua_setfield(L, -2, "migrations");
         if (luart_call(L, 2, 3, 0) != LUA_OK) {
             fprintf(stderr, "sgw: %s failed: %s\n", a->command, lua_tostring(L, -1));
         } else {
@@ -288,7 +369,8 @@ static int cmd_lua(const cli_args *a) {
     return code;
 }
 
-static int cmd_serve(void) {
+static int cmd_serve(const cli_args *a) {
+    (void)a;
     if (require_database()) return 2;
     if (init_runtime()) return 1;
     if (httpc_global_init()) {
@@ -303,6 +385,8 @@ static int cmd_serve(void) {
     /* Every thread inherits this mask; only the main thread takes signals. */
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
+    /* Before any thread: the notification socket is set up once. */
+    notify_init();
     /* Without the writer, request lines are written one by one. */
     if (log_start_writer()) log_msg(LOG_WARN, "log", "cannot start the log writer; request lines are written one by one");
 
@@ -322,9 +406,15 @@ static int cmd_serve(void) {
     if (admin_start()) goto out_admin;
     log_msg(LOG_INFO, "serving", "public %s, admin %s, %d workers, generation %llu", config_str("http.listen"),
             config_str("admin.listen"), n, (unsigned long long)luart_generation_id());
+    notify_send("READY=1\nSTATUS=serving on %s, handlers generation %llu", config_str("http.listen"),
+                (unsigned long long)luart_generation_id());
 
+    /* The main thread waits for signals and, between them, pings the
+     * watchdog: a main loop that hangs stops the pings. */
+    uint64_t tick_ms = notify_watchdog_ms() && notify_watchdog_ms() < 1000 ? notify_watchdog_ms() : 1000;
     for (;;) {
-        struct timespec ts = { 1, 0 };
+        notify_watchdog_tick();
+        struct timespec ts = { (time_t)(tick_ms / 1000), (long)(tick_ms % 1000) * 1000000L };
         int sig = sigtimedwait(&set, NULL, &ts);
         if (sig == SIGHUP) {
             char err[4096];
@@ -334,6 +424,7 @@ static int cmd_serve(void) {
         }
     }
     log_msg(LOG_INFO, "draining", "stopped accepting; waiting for in-flight requests and jobs");
+    notify_send("STOPPING=1\nSTATUS=draining in-flight requests and jobs");
     atomic_store(&sgw_shutting_down, 1);
     http_quiesce();
     /* One drain window for requests and jobs together. */
@@ -342,6 +433,7 @@ static int cmd_serve(void) {
     while ((http_inflight() > 0 || workers_queue_depth() > 0) && clock_mono_ms() < deadline) {
         struct timespec ts = { 0, 20 * 1000 * 1000 };
         nanosleep(&ts, NULL);
+        notify_watchdog_tick();
     }
     rc = 0;
     admin_stop();
@@ -361,10 +453,91 @@ out_jobs:
 out_workers:
     httpc_global_cleanup();
     luart_shutdown();
+    notify_close();
     if (rc == 0) log_msg(LOG_INFO, "stopped", "clean shutdown");
     else fprintf(stderr, "sgw: could not start; see the log lines above for what to fix\n");
     log_stop_writer();
     return rc;
+}
+
+static const command commands[] = {
+    { "serve", "run the gateway (public API, admin listener, job workers)",
+      "usage: sgw serve [options]\n"
+      "\n"
+      "Runs the gateway: the public API on http.listen, the admin listener (/healthz, /readyz,\n"
+      "/metrics, POST /reload) on admin.listen, and the job workers. Needs database.url and a\n"
+      "migrated database (sgw migrate). SIGHUP reloads handlers/ and lib/; SIGTERM or SIGINT\n"
+      "stops taking requests and waits up to http.drain_seconds for what is in flight.\n"
+      "Under systemd (NOTIFY_SOCKET) it says READY=1 once listening, RELOADING=1/READY=1 around\n"
+      "a reload, STOPPING=1 when draining, and pings the watchdog when WatchdogSec= is set.\n",
+      cmd_serve },
+    { "migrate", "apply migrations/ to database.url (safe to run concurrently)",
+      "usage: sgw migrate [options]\n"
+      "\n"
+      "Applies the migrations/NNNN_*.sql files not yet in the database's schema_migrations, in\n"
+      "order, each in its own transaction. Concurrent runs wait for each other (an advisory\n"
+      "lock), so every instance may run it before it starts. Exit 0 when the schema is current.\n",
+      cmd_migrate },
+    { "reload", "ask the running instance at admin.listen to reload handlers/ and lib/",
+      "usage: sgw reload [options]\n"
+      "\n"
+      "POSTs /reload to the instance listening on admin.listen (with admin.token when set), which\n"
+      "loads handlers/ and lib/ again and keeps the previous ones when they do not load. Prints\n"
+      "the instance's answer; exit 0 when it reloaded, 1 otherwise. The same as SIGHUP.\n",
+      cmd_reload },
+    { "check", "load handlers/ and lib/ and report whether they load",
+      "usage: sgw check [options]\n"
+      "\n"
+      "Loads handlers/ and lib/ as serve would, without the database, and prints\n"
+      "{\"status\":\"ok\",\"generation\":N}; exit 1 with the error when they do not load.\n",
+      cmd_check },
+    { "version", "print the version as JSON ({\"version\":\"...\"}; sgw --version: a plain line)",
+      "usage: sgw version [options]\n"
+      "       sgw --version\n"
+      "\n"
+      "Prints {\"version\":\"X.Y.Z\"}; sgw --version prints \"sgw X.Y.Z\" and needs no configuration.\n",
+      NULL },
+    { "doctor", "check a configuration before a deploy, one line per check", NULL, cmd_lua },
+    { "company", "create companies (tenants)", NULL, cmd_lua },
+    { "client", "create, rotate, revoke API clients and set their webhook", NULL, cmd_lua },
+    { "account", "connect a Facebook Page or Instagram account with a token", NULL, cmd_lua },
+    { "user", "create workspace users", NULL, cmd_lua },
+    { "meta", "subscribe the Meta app to its webhooks", NULL, cmd_lua },
+    { "sandbox", "add sandbox test pages", NULL, cmd_lua },
+};
+
+static const command *find_command(const char *name) {
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        if (strcmp(commands[i].name, name) == 0) return &commands[i];
+    return NULL;
+}
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: sgw <command> [options] [arguments]\n"
+                 "       sgw --version\n"
+                 "       sgw <command> --help\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out, "\n%s\n"
+                 "Settings: config/sgw.conf holds every key with its default (an installed sgw reads\n"
+                 "<prefix>/share/sgw/config/sgw.conf, then /etc/sgw/sgw.conf or <prefix>/etc/sgw/sgw.conf);\n"
+                 "--config files override them, --set overrides both.\n", global_options);
+}
+
+/* The host's own commands take no arguments but --help. */
+static int host_command_args(const command *c, const cli_args *a) {
+    for (int i = 0; i < a->nargs; i++) {
+        if (strcmp(a->args[i], "--help") == 0 || strcmp(a->args[i], "-h") == 0) {
+            printf("%s\n%s", c->help, global_options);
+            return 0;
+        }
+    }
+    if (a->nargs) {
+        fprintf(stderr, "sgw: %s: unexpected %s '%s'; see sgw %s --help\n", c->name,
+                a->args[0][0] == '-' ? "option" : "argument", a->args[0], c->name);
+        return 2;
+    }
+    return -1;
 }
 
 int main(int argc, char **argv) {
@@ -373,19 +546,31 @@ int main(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    if (load_config(argc, argv, &a)) return 2;
-    int rc;
-    if (!a.command || strcmp(a.command, "help") == 0) {
+    if (parse_args(argc, argv, &a)) return 2;
+    if (a.version) {
+        printf("sgw %s\n", SGW_VERSION);
+        return 0;
+    }
+    if (!a.command) {
         usage(stdout);
-        rc = a.command ? 0 : 2;
-    } else if (strcmp(a.command, "serve") == 0) rc = cmd_serve();
-    else if (strcmp(a.command, "migrate") == 0) rc = cmd_migrate();
-    else if (strcmp(a.command, "reload") == 0) rc = cmd_reload();
-    else if (strcmp(a.command, "check") == 0) rc = cmd_check();
-    else if (strcmp(a.command, "version") == 0) {
+        return 0;
+    }
+    const command *c = find_command(a.command);
+    if (!c) {
+        fprintf(stderr, "sgw: unknown command '%s'; see sgw --help\n", a.command);
+        return 2;
+    }
+    if (c->help) {
+        int early = host_command_args(c, &a);
+        if (early >= 0) return early;
+    }
+    if (!c->run) {   /* version */
         printf("{\"version\":\"%s\"}\n", SGW_VERSION);
-        rc = 0;
-    } else rc = cmd_lua(&a);
+        return 0;
+    }
+    /* A configuration that does not load is what doctor is asked about. */
+    if (load_config(argc, argv)) return strcmp(c->name, "doctor") == 0 ? 1 : 2;
+    int rc = c->run(&a);
     config_free();
     return rc;
 }

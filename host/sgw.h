@@ -420,6 +420,16 @@ void lapi_metrics_open(lua_State *L);
 int  admin_start(void);
 void admin_stop(void);
 
+/* ---------------------------------------------------------------- notify.c
+ * systemd's notification protocol ($NOTIFY_SOCKET); no-ops outside systemd. */
+int      notify_init(void);                  /* before any thread; reads the environment */
+void     notify_close(void);
+int      notify_send(const char *fmt, ...)   /* "READY=1", "STOPPING=1", "STATUS=..." */
+    __attribute__((format(printf, 1, 2)));
+void     notify_reloading(void);             /* RELOADING=1 with MONOTONIC_USEC */
+uint64_t notify_watchdog_ms(void);           /* ping interval (half of WATCHDOG_USEC); 0: none */
+void     notify_watchdog_tick(void);         /* WATCHDOG=1 when the interval has passed */
+
 /* ------------------------------------------------------------------ main.c */
 extern atomic_int sgw_shutting_down;
 extern atomic_int sgw_reload_requested;

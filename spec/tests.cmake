@@ -6,13 +6,14 @@
 #                       `services` fixture (private PostgreSQL + Redis)
 #   services/start      fixture set-up: spec/support/services start
 #   services/stop       fixture clean-up: stops them and deletes their data
+#   package/deb         spec/support/check-package: cpack -G DEB and its contents
 #   c/<name>            spec/c/test_<name>.c (added by CMakeLists.txt); a C test
 #                       whose source mentions SGW_TEST_DATABASE_URL or
 #                       SGW_TEST_REDIS_URL gets the fixture and those variables
 #
 # Every test runs from the repository root. Servers, sgw instances and
 # databases get free ports and unique names, so `ctest -j2` is safe.
-# Labels: `ctest -L unit`, `-L integration`, `-L c`.
+# Labels: `ctest -L unit`, `-L integration`, `-L c`, `-L package`.
 
 find_program(SGW_LUA NAMES lua5.4)
 find_program(SGW_BUSTED NAMES busted)
@@ -76,6 +77,16 @@ foreach(spec ${SGW_INTEGRATION_SPECS})
     TIMEOUT 600
     LABELS integration)
 endforeach()
+
+# ---------------------------------------------------------------- package
+# The Debian package (packaging/package.cmake), from the normal build only: an
+# ASan binary is not what ships.
+if(NOT SGW_SANITIZE)
+  add_test(NAME package/deb
+    COMMAND ${SGW_BASH} ${CMAKE_SOURCE_DIR}/spec/support/check-package ${CMAKE_BINARY_DIR} ${CMAKE_SOURCE_DIR}
+    WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(package/deb PROPERTIES TIMEOUT 120 LABELS package)
+endif()
 
 # ---------------------------------------------------------------- C tests
 # CMakeLists.txt registers c/<name> as the bare executable. Those that use the

@@ -13,23 +13,9 @@ local accounts = require "accounts"
 local subscriptions = require "meta_subscriptions"
 local token_check = require "token_check"
 
-local usage = [=[usage: sgw account add --company ID --environment live|test --platform facebook|instagram
-         --platform-account-id ID --name NAME [--username U] --access-token TOKEN
-         [--page-id PAGE]   (instagram: the Facebook Page it is linked to)
-         [--facebook-user-id ID]]=]
-
-return function(args)
-  local pos, flags = cli.parse(args, {
-    company = true, environment = true, platform = true, ["platform-account-id"] = true,
-    name = true, username = true, ["access-token"] = true, ["page-id"] = true, ["facebook-user-id"] = true,
-  })
-  if not pos then return cli.fail(flags .. "\n" .. usage, 2) end
-  if pos[1] ~= "add" or #pos ~= 1 then return cli.fail(usage, 2) end
+local function add(flags)
   if flags.environment ~= "live" and flags.environment ~= "test" then return cli.fail("--environment must be live or test", 2) end
   if flags.platform ~= "facebook" and flags.platform ~= "instagram" then return cli.fail("--platform must be facebook or instagram", 2) end
-  for _, f in ipairs { "company", "platform-account-id", "name", "access-token" } do
-    if not flags[f] or flags[f] == "" then return cli.fail("--" .. f .. " is required\n" .. usage, 2) end
-  end
   if not flags["platform-account-id"]:match("^[%w_.-]+$") or #flags["platform-account-id"] > 64 then
     return cli.fail("--platform-account-id must be the platform's id (letters, digits, _ . -)", 2)
   end
@@ -72,3 +58,25 @@ return function(args)
   end
   return cli.ok({ accountId = id })
 end
+
+return cli.command {
+  name = "account", summary = "Facebook Pages and Instagram accounts connected with a token.",
+  subcommands = {
+    { name = "add", summary = "connect a Page or Instagram account; prints {\"accountId\"}",
+      about = "Connects a Facebook Page or Instagram professional account to a company with a token.\n"
+        .. "A live account's Page is subscribed to the app's webhooks; a failed subscription is said\n"
+        .. "on standard error, the account stays connected and the periodic check tries again.",
+      flags = {
+        { "company", "ID", "the company it belongs to", required = true },
+        { "environment", "live|test", "live: Meta's Graph API; test: the sandbox", required = true },
+        { "platform", "facebook|instagram", "what kind of account", required = true },
+        { "platform-account-id", "ID", "the Page's or Instagram account's id at Meta", required = true },
+        { "name", "NAME", "its display name, up to 200 characters", required = true },
+        { "username", "U", "the Instagram username", default = "none" },
+        { "access-token", "TOKEN", "the Page access token (stored encrypted)", required = true },
+        { "page-id", "PAGE", "instagram: the Facebook Page it is linked to (webhooks go through it)", default = "none" },
+        { "facebook-user-id", "ID", "the Facebook user whose consent gave the token", default = "asked of Meta's debug_token when the app is set" },
+      },
+      run = add },
+  },
+}

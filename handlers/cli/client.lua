@@ -11,14 +11,7 @@ local scopes = require "scopes"
 local webhook_url = require "webhook_url"
 local webhooks = require "webhooks"
 
-local usage = [[usage:
-  sgw client create --company ID --environment test|live --scopes "s1 s2" [--name N] [--webhook-url URL] [--rate-limit N]
-  sgw client rotate-key --client ID
-  sgw client revoke --client ID
-  sgw client set-webhook --client ID --url URL|--none]]
-
 local function create(flags)
-  if not flags.company then return cli.fail("--company is required\n" .. usage, 2) end
   local env = flags.environment
   if env ~= "test" and env ~= "live" then return cli.fail("--environment must be test or live", 2) end
   local list, unknown = scopes.parse(flags.scopes)
@@ -48,9 +41,10 @@ local function create(flags)
   return cli.ok(out)
 end
 
-local function set_webhook(flags, none)
-  if not flags.client then return cli.fail("--client is required\n" .. usage, 2) end
-  if none == (flags.url ~= nil) then return cli.fail("give either --url URL or --none\n" .. usage, 2) end
+local function set_webhook(flags)
+  if (flags.none ~= nil) == (flags.url ~= nil) then
+    return cli.fail("give either --url URL or --none; see sgw client set-webhook --help", 2)
+  end
   if flags.url then
     local ok, why = webhook_url.check(flags.url)
     if not ok then return cli.fail("--url: " .. why, 2) end
@@ -61,29 +55,41 @@ local function set_webhook(flags, none)
     webhookSecret = out.webhookSecret or json.null })
 end
 
-return function(args)
-  -- --none is the one flag without a value, which cli.parse does not know.
-  local none, rest = false, {}
-  for _, a in ipairs(args) do
-    if a == "--none" then none = true else rest[#rest + 1] = a end
+-- Every verb works on the database.
+local function with_database(run)
+  return function(flags)
+    local ok, err = cli.need_database()
+    if not ok then return cli.fail(err) end
+    return run(flags)
   end
-  local pos, flags = cli.parse(rest, {
-    company = true, environment = true, scopes = true, name = true,
-    ["webhook-url"] = true, ["rate-limit"] = true, client = true, url = true,
-  })
-  if not pos then return cli.fail(flags .. "\n" .. usage, 2) end
-  local ok, err = cli.need_database()
-  if not ok then return cli.fail(err) end
-  local verb = pos[1]
-  if verb == "create" then return create(flags) end
-  if verb == "set-webhook" then return set_webhook(flags, none) end
-  if verb == "rotate-key" or verb == "revoke" then
-    if not flags.client then return cli.fail("--client is required\n" .. usage, 2) end
-    local out, rerr
-    if verb == "rotate-key" then out, rerr = credentials.rotate_key(flags.client)
-    else out, rerr = credentials.revoke_client(flags.client) end
-    if not out then return cli.fail(rerr) end
-    return cli.ok(out)
-  end
-  return cli.fail(usage, 2)
 end
+
+local function answer(out, err)
+  if not out then return cli.fail(err) end
+  return cli.ok(out)
+end
+
+local CLIENT = { "client", "ID", "the client's id", required = true }
+
+return cli.command {
+  name = "client", summary = "API clients: the credentials a company's programs call the API with.",
+  subcommands = {
+    { name = "create", summary = "create a client; prints its id, API key, secret and webhook secret once",
+      flags = {
+        { "company", "ID", "the company it belongs to", required = true },
+        { "environment", "test|live", "test: the sandbox; live: Meta", required = true },
+        { "scopes", "\"S1 S2\"", "space-separated scopes (" .. table.concat(scopes.all, " ") .. ")", required = true },
+        { "name", "NAME", "what it is called, up to 200 characters", default = "Client <UTC date and time>" },
+        { "webhook-url", "URL", "where its events are delivered (https)", default = "none" },
+        { "rate-limit", "N", "requests per minute", default = "api.rate_limit.per_minute" },
+      },
+      run = with_database(create) },
+    { name = "rotate-key", summary = "issue a new API key; the previous one works for api.key_rotation_grace_hours",
+      flags = { CLIENT }, run = with_database(function(flags) return answer(credentials.rotate_key(flags.client)) end) },
+    { name = "revoke", summary = "revoke a client: its keys and tokens stop working at once",
+      flags = { CLIENT }, run = with_database(function(flags) return answer(credentials.revoke_client(flags.client)) end) },
+    { name = "set-webhook", summary = "set or remove the client's webhook URL (a new signing secret with every URL)",
+      flags = { CLIENT, { "url", "URL", "the new webhook URL (https)" }, { "none", nil, "remove the webhook instead" } },
+      run = with_database(set_webhook) },
+  },
+}

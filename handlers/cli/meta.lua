@@ -8,9 +8,6 @@
 local cli = require "cli"
 local graph = require "platforms.graph"
 
-local usage = [[usage: sgw meta subscribe-app [--allow-http]
-  --allow-http  accept an http:// public_base_url (tests against a fake; Meta needs https)]]
-
 -- object -> the fields sgw reads from it.
 local SUBSCRIPTIONS = { { object = "page", fields = "feed" }, { object = "instagram", fields = "comments" } }
 
@@ -19,10 +16,7 @@ local function setting(key)
   return v ~= nil and v ~= "" and v or nil
 end
 
-return function(args)
-  local pos, flags = cli.parse(args, { ["allow-http"] = "switch" })
-  if not pos then return cli.fail(flags .. "\n" .. usage, 2) end
-  if pos[1] ~= "subscribe-app" or #pos ~= 1 then return cli.fail(usage, 2) end
+local function subscribe_app(flags)
   if flags["allow-http"] and flags["allow-http"] ~= "true" then
     return cli.fail("--allow-http takes no value but true", 2)
   end
@@ -53,3 +47,15 @@ return function(args)
   if not listed then return cli.fail("could not list the app's subscriptions: " .. tostring(err.message)) end
   return cli.ok({ subscriptions = type(listed.data) == "table" and listed.data or {} })
 end
+
+return cli.command {
+  name = "meta", summary = "The Meta app's side of the set-up.",
+  subcommands = {
+    { name = "subscribe-app", summary = "subscribe the app to the page feed and Instagram comments webhooks",
+      about = "Subscribes the Meta app (meta.app_id, meta.app_secret) to the page object's feed and the\n"
+        .. "instagram object's comments at public_base_url/webhooks/meta, with meta.webhook_verify_token.\n"
+        .. "Meta calls that URL at once, so sgw must be reachable there. Prints what Meta then lists.",
+      flags = { { "allow-http", nil, "accept an http:// public_base_url (tests against a fake; Meta needs https)" } },
+      run = subscribe_app },
+  },
+}

@@ -473,6 +473,7 @@ end
 ---                  when shared_database is true
 ---   redis_url      else the services' Redis; false: no Redis
 ---   env            extra environment variables for the sgw process
+---   binary, root   another sgw binary, and the working directory it runs in
 ---   name           a label for the log file name
 ---   migrate        false: skip `sgw migrate`
 ---   wait_for       "healthz" (default), "readyz", or false (do not wait)
@@ -497,7 +498,7 @@ function M.start_sgw(opts)
 
   local http_port, admin_port = M.free_port(), M.free_port()
   local inst = setmetatable({
-    root = M.repo_root(),
+    root = opts.root or M.repo_root(),
     binary = opts.binary or (M.build_dir() .. "/sgw"),
     env = opts.env,
     http_port = http_port,
