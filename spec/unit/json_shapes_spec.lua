@@ -4,22 +4,7 @@ require("fake_host").install()
 local json = require "json"
 local json_shapes = require "json_shapes"
 
--- The keys of a JSON object text, in the order written (top level only).
-local function top_keys(text)
-  local keys, depth, i = {}, 0, 1
-  while i <= #text do
-    local c = text:sub(i, i)
-    if c == '"' then
-      local j = i + 1
-      while text:sub(j, j) ~= '"' do j = j + (text:sub(j, j) == "\\" and 2 or 1) end
-      if depth == 1 and text:sub(j + 1, j + 1) == ":" then keys[#keys + 1] = text:sub(i + 1, j - 1) end
-      i = j
-    elseif c == "{" or c == "[" then depth = depth + 1
-    elseif c == "}" or c == "]" then depth = depth - 1 end
-    i = i + 1
-  end
-  return keys
-end
+local top_keys = require("json_keys").top
 
 describe("json_shapes", function()
   it("orders a post and its targets as the contract lists them", function()
