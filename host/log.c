@@ -233,10 +233,33 @@ void log_msg(sgw_log_level level, const char *event, const char *fmt, ...) {
 }
 
 /* log.info(event, fields): one level of fields, each value a number, a
- * boolean or text. The line is assembled in a fixed buffer on the C stack,
+ * boolean or text, written after time, level and event in a fixed order:
+ * requestId first, then the rest sorted (a table's own order changes from
+ * run to run). The line is assembled in a fixed buffer on the C stack,
  * not a luaL_Buffer: walking the table pushes values, which a luaL_Buffer
- * does not allow while it is open. Absurdly long lines are cut short. */
+ * does not allow while it is open. Absurdly long lines are cut short, and
+ * fields past the first LUA_LOG_FIELDS are left out. */
 #define LUA_LOG_LINE 16384
+#define LUA_LOG_FIELDS 64
+
+typedef struct {
+    const char *name;   /* a key of the fields table, which keeps it alive */
+    size_t      len;
+} field_name;
+
+static int field_rank(const field_name *f) {
+    return !(f->len == 9 && memcmp(f->name, "requestId", 9) == 0);
+}
+
+static int field_cmp(const void *pa, const void *pb) {
+    const field_name *a = pa, *b = pb;
+    int ra = field_rank(a), rb = field_rank(b);
+    if (ra != rb) return ra - rb;
+    size_t n = a->len < b->len ? a->len : b->len;
+    int c = memcmp(a->name, b->name, n);
+    if (c) return c;
+    return (a->len > b->len) - (a->len < b->len);
+}
 
 static size_t append(char *buf, size_t len, size_t cap, const char *s, size_t n) {
     if (len >= cap || n > cap - len) return cap;
@@ -253,34 +276,43 @@ static int l_log(lua_State *L, sgw_log_level level) {
     len += (size_t)snprintf(line + len, cap - len, ",\"level\":\"%s\",\"event\":", level_names[level]);
     len = json_escape(line, len, cap, event, strlen(event));
     if (lua_istable(L, 2)) {
+        field_name names[LUA_LOG_FIELDS];
+        size_t count = 0;
         lua_pushnil(L);
-        while (len < cap && lua_next(L, 2)) {
-            if (lua_type(L, -2) == LUA_TSTRING) {
-                size_t kl;
-                const char *k = lua_tolstring(L, -2, &kl);
-                if (strcmp(k, "time") && strcmp(k, "level") && strcmp(k, "event")) {
-                    len = append(line, len, cap, ",", 1);
-                    len = json_escape(line, len, cap, k, kl);
-                    len = append(line, len, cap, ":", 1);
-                    int t = lua_type(L, -1);
-                    char num[64];
-                    if (t == LUA_TNUMBER) {
-                        int n = lua_isinteger(L, -1) ? snprintf(num, sizeof num, "%lld", (long long)lua_tointeger(L, -1))
-                                                     : snprintf(num, sizeof num, "%.17g", lua_tonumber(L, -1));
-                        len = append(line, len, cap, num, (size_t)n);
-                    } else if (t == LUA_TBOOLEAN) {
-                        len = lua_toboolean(L, -1) ? append(line, len, cap, "true", 4) : append(line, len, cap, "false", 5);
-                    } else {
-                        size_t vl;
-                        const char *v = luaL_tolstring(L, -1, &vl);
-                        len = json_escape(line, len, cap, v, vl);
-                        lua_pop(L, 1);
-                    }
+        while (lua_next(L, 2)) {
+            if (lua_type(L, -2) == LUA_TSTRING && count < LUA_LOG_FIELDS) {
+                names[count].name = lua_tolstring(L, -2, &names[count].len);
+                count++;
+            }
+            lua_pop(L, 1);
+        }
+        qsort(names, count, sizeof names[0], field_cmp);
+        for (size_t i = 0; i < count && len < cap; i++) {
+            size_t kl = names[i].len;
+            const char *k = names[i].name;
+            lua_pushlstring(L, k, kl);
+            lua_rawget(L, 2);
+            if (strcmp(k, "time") && strcmp(k, "level") && strcmp(k, "event")) {
+                len = append(line, len, cap, ",", 1);
+                len = json_escape(line, len, cap, k, kl);
+                len = append(line, len, cap, ":", 1);
+                int t = lua_type(L, -1);
+                char num[64];
+                if (t == LUA_TNUMBER) {
+                    int n = lua_isinteger(L, -1) ? snprintf(num, sizeof num, "%lld", (long long)lua_tointeger(L, -1))
+                                                 : snprintf(num, sizeof num, "%.17g", lua_tonumber(L, -1));
+                    len = append(line, len, cap, num, (size_t)n);
+                } else if (t == LUA_TBOOLEAN) {
+                    len = lua_toboolean(L, -1) ? append(line, len, cap, "true", 4) : append(line, len, cap, "false", 5);
+                } else {
+                    size_t vl;
+                    const char *v = luaL_tolstring(L, -1, &vl);
+                    len = json_escape(line, len, cap, v, vl);
+                    lua_pop(L, 1);
                 }
             }
             lua_pop(L, 1);
         }
-        if (len >= cap) lua_pop(L, 2); /* left the walk early: key and value */
     }
     if (len > cap) len = cap;
     line[len++] = '}';

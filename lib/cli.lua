@@ -127,7 +127,12 @@ function M.command(spec)
   end
 end
 
-function M.ok(value) return 0, json.encode(value) end
+-- The keys of every command's answer in the order CONTRACT section 9 lists
+-- them, merged into one list (any key not listed comes after, sorted).
+local ANSWER = json.shape({ "companyId", "clientId", "accountId", "userId", "apiKey", "previousKeyExpiresAt",
+  "keyPrefix", "clientSecret", "webhookUrl", "webhookSecret", "revokedAt", "subscriptions" })
+
+function M.ok(value) return 0, json.encode(value, ANSWER) end
 
 function M.fail(message, code) return code or 1, nil, message end
 

@@ -3,6 +3,7 @@
 -- body rules, then the handler (behind Idempotency-Key where the route asks
 -- for it). Every outcome leaves with the same headers, errors included.
 local json = require "json"
+local json_shapes = require "json_shapes"
 local problem = require "problem"
 local routes = require "handlers.routes"
 local auth = require "auth"
@@ -184,10 +185,11 @@ local JSON_HEADERS = { ["Content-Type"] = "application/json" }
 
 -- Turns a handler's (status, body, headers) into what the host sends. The
 -- headers every response carries (ctx.headers) travel apart: the host adds
--- those the handler did not set itself.
-local function finish(status, body, headers)
+-- those the handler did not set itself. A body's keys come in the order the
+-- OpenAPI document gives for the route and status.
+local function finish(status, body, headers, route)
   if type(body) == "table" then
-    body = json.encode(body)
+    body = json.encode(body, json_shapes.response(route, status))
     if not headers then
       headers = JSON_HEADERS
     elseif not headers["Content-Type"] then
@@ -216,7 +218,7 @@ function M.handle(req)
         "The request could not be completed; it was logged under its requestId.")
     end
   end
-  local s, h, b = finish(status, body, headers)
+  local s, h, b = finish(status, body, headers, ctx.route)
   return s, h, b, req.client_id, ctx.headers
 end
 

@@ -4,6 +4,7 @@
 -- (handlers/jobs/deliver_event.lua, lib/webhooks.lua), enqueued in that same
 -- transaction.
 local json = require "json"
+local json_shapes = require "json_shapes"
 local webhooks = require "webhooks"
 
 local M = {}
@@ -21,7 +22,7 @@ function M.emit_many(list)
   local created = clock.now()
   local rows, ids = {}, {}
   for i, e in ipairs(list) do
-    local id, data_json = "evt_" .. crypto.random_token(24), json.encode(e.data)
+    local id, data_json = "evt_" .. crypto.random_token(24), json.encode(e.data, json_shapes.event_data(e.type))
     ids[i] = id
     rows[i] = { id = id, company_id = e.client.company_id, environment = e.client.environment,
       client_id = e.client.client_id, type = e.type, data = data_json,

@@ -15,6 +15,7 @@
 -- them in its prepare step, which runs after the claim and before the
 -- transaction, and whose errors are handled like the handler's.
 local json = require "json"
+local json_shapes = require "json_shapes"
 local problem = require "problem"
 
 local M = {}
@@ -178,7 +179,7 @@ local REPLAYED_HEADERS = { ["content-type"] = true, location = true }
 
 -- The body as the text the client gets, the headers to send, and those of
 -- them worth replaying.
-local function encode(body, headers)
+local function encode(body, headers, status, route)
   local out, keep, has_type = {}, {}, false
   for k, v in pairs(headers or {}) do
     out[k] = v
@@ -187,7 +188,7 @@ local function encode(body, headers)
     if REPLAYED_HEADERS[lower] then keep[k] = v end
   end
   if type(body) == "table" then
-    body = json.encode(body)
+    body = json.encode(body, json_shapes.response(route, status))
     if not has_type then
       out["Content-Type"], keep["Content-Type"] = "application/json", "application/json"
     end
@@ -275,7 +276,7 @@ function M.wrap(req, ctx, run, prepare)
       if not done then error(s, 0) end
       status, body, headers = s, b, h
       if type(status) ~= "number" or status < 200 or status >= 400 then error(NOT_KEPT, 0) end
-      local text, out, keep = encode(body, headers)
+      local text, out, keep = encode(body, headers, status, ctx.route)
       local n, serr = db.exec(STORE, scope, key, owner, status, text, keep)
       -- Our claim was taken over (we ran past LOCK_SECONDS): the other request
       -- owns the key now, so nothing of ours may be kept.

@@ -1,5 +1,13 @@
 -- JSON for handlers: lua-cjson with the settings every endpoint shares, plus
--- the one thing cjson 2.1 cannot say by itself: an empty array.
+-- what cjson 2.1 cannot say by itself: an empty array, keys in a documented
+-- order, and `/` left unescaped.
+--
+-- encode(value, shape) writes an object's keys in the order its shape names
+-- them (lib/json_shapes.lua makes shapes from the OpenAPI document), then the
+-- keys the shape does not name, sorted; without a shape `id` first, then the
+-- rest sorted. Every answer is the same bytes for the same value. Strings and
+-- numbers still go through cjson, so escapes and number spelling are cjson's,
+-- except that `\/` becomes `/` (JSON answers are not HTML).
 local cjson = require "cjson"
 local safe = require "cjson.safe"
 
@@ -17,18 +25,161 @@ local seed = (crypto and crypto.random_token) and crypto.random_token(20)
   or tostring(math.random(1, 1e9)) .. tostring(os.time())
 -- Letters and digits only: it is used as a gsub pattern.
 local EMPTY = "sgwEmptyArray" .. seed
-local EMPTY_QUOTED = '"' .. EMPTY .. '"'
 
 function M.array(t)
   if t == nil or next(t) == nil then return EMPTY end
   return t
 end
 
-function M.encode(value)
-  local s = cjson.encode(value)
-  if s:find(EMPTY, 1, true) then
-    s = s:gsub(EMPTY_QUOTED, "[]")
+-- A shape: keys (in order), quoted (',"key":' for each), known (set),
+-- props (key -> shape), items (shape of array elements), extra (shape of
+-- values under keys not named: additionalProperties), variants (shapes of
+-- which the one naming most of an object's keys is used: oneOf/anyOf).
+-- shape(keys, fields) makes one; fields may carry props, items, extra,
+-- variants.
+function M.shape(keys, fields)
+  local s = fields or {}
+  s.keys, s.quoted, s.known, s.props = keys or {}, {}, {}, s.props or {}
+  for i, k in ipairs(s.keys) do
+    s.quoted[i] = "," .. cjson.encode(k) .. ":"
+    s.known[k] = true
   end
+  return s
+end
+
+local encode_scalar, concat, sort, mtype = cjson.encode, table.concat, table.sort, math.type
+local find = string.find
+local NULL = cjson.null
+-- What cjson escapes in a string, but for the slash.
+local NEEDS_ESCAPE = '[%z\1-\31"\\\127]'
+local MAX_DEPTH = 1000
+
+-- Integers cjson would spell the same way (it prints numbers with %.14g).
+local function number(v)
+  if mtype(v) == "integer" and v > -1e14 and v < 1e14 then return tostring(v) end
+  return encode_scalar(v)
+end
+
+-- The variant that names most of t's keys (the first of equals).
+local function pick(t, variants)
+  local best, best_n = variants[1], -1
+  for _, v in ipairs(variants) do
+    local n = 0
+    for k in pairs(t) do
+      if v.known[k] then n = n + 1 end
+    end
+    if n > best_n then best, best_n = v, n end
+  end
+  return best
+end
+
+-- Keys the shape does not name, as text, sorted with `id` first; `names`
+-- maps a number key's text back to the key.
+local function id_first(a, b)
+  if a == "id" then return b ~= "id" end
+  if b == "id" then return false end
+  return a < b
+end
+
+local encode_value
+
+local function encode_table(t, shape, buf, n, depth)
+  if depth > MAX_DEPTH then error("Cannot serialise, excessive nesting (" .. MAX_DEPTH .. ")", 0) end
+  if shape and shape.variants then shape = pick(t, shape.variants) end
+  local known = shape and shape.known
+  -- One pass tells an array (positive integer keys only) from an object and
+  -- gathers the keys the shape does not name.
+  local count, max, object, extra, names = 0, 0, false, nil, nil
+  for k in pairs(t) do
+    if not object and mtype(k) == "integer" and k > 0 then
+      count = count + 1
+      if k > max then max = k end
+    else
+      object = true
+    end
+    if not (known and known[k]) then
+      local tk = type(k)
+      if tk == "number" then
+        names = names or {}
+        local name = number(k)
+        names[name], k = k, name
+      elseif tk ~= "string" then
+        error("Cannot serialise table: table key must be a number or string", 0)
+      end
+      extra = extra or {}
+      extra[#extra + 1] = k
+    end
+  end
+  if not object and count > 0 then
+    if max ~= count then error("Cannot serialise table: excessively sparse array", 0) end
+    local items = shape and shape.items
+    n = n + 1; buf[n] = "["
+    for i = 1, max do
+      if i > 1 then n = n + 1; buf[n] = "," end
+      n = encode_value(t[i], items, buf, n, depth)
+    end
+    n = n + 1; buf[n] = "]"
+    return n
+  end
+  n = n + 1; buf[n] = "{"
+  local open = n
+  if shape then
+    local keys, quoted, props = shape.keys, shape.quoted, shape.props
+    for i = 1, #keys do
+      local k = keys[i]
+      local v = t[k]
+      if v ~= nil then
+        n = n + 1; buf[n] = quoted[i]
+        n = encode_value(v, props[k], buf, n, depth)
+      end
+    end
+  end
+  if extra then
+    sort(extra, id_first)
+    local eshape = shape and shape.extra
+    for _, k in ipairs(extra) do
+      n = n + 1; buf[n] = "," .. encode_scalar(k) .. ":"
+      n = encode_value(t[names and names[k] or k], eshape, buf, n, depth)
+    end
+  end
+  -- Every key went in with a leading comma: the first one loses it.
+  if n > open then buf[open + 1] = buf[open + 1]:sub(2) end
+  n = n + 1; buf[n] = "}"
+  return n
+end
+
+function encode_value(v, shape, buf, n, depth)
+  local tv = type(v)
+  if tv == "string" then
+    if v == EMPTY then
+      n = n + 1; buf[n] = "[]"
+    elseif find(v, NEEDS_ESCAPE) then
+      n = n + 1; buf[n] = encode_scalar(v)
+    else
+      buf[n + 1], buf[n + 2], buf[n + 3] = '"', v, '"'
+      n = n + 3
+    end
+  elseif tv == "table" then
+    n = encode_table(v, shape, buf, n, depth + 1)
+  elseif tv == "number" then
+    n = n + 1; buf[n] = number(v)
+  elseif tv == "boolean" then
+    n = n + 1; buf[n] = v and "true" or "false"
+  elseif v == NULL then
+    n = n + 1; buf[n] = "null"
+  else
+    error("Cannot serialise " .. tv .. ": type not supported", 0)
+  end
+  return n
+end
+
+function M.encode(value, shape)
+  local buf = {}
+  local s = concat(buf, "", 1, encode_value(value, shape, buf, 0, 0))
+  -- Every string in s came from cjson, which writes a slash only as \/ and
+  -- a backslash only as the first character of an escape: each \/ found
+  -- scanning left to right is an escaped slash, never the end of \\.
+  if s:find("\\/", 1, true) then s = s:gsub("\\/", "/") end
   return s
 end
 

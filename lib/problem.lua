@@ -1,5 +1,6 @@
 -- RFC 9457 problem documents: one shape for every error the API gives.
 local json = require "json"
+local json_shapes = require "json_shapes"
 
 local M = {}
 
@@ -90,7 +91,7 @@ function M.response(req, status, code, detail, opts)
   if opts.headers then
     for k, v in pairs(opts.headers) do headers[k] = v end
   end
-  return status, json.encode(M.new(status, code, detail, opts)), headers
+  return status, json.encode(M.new(status, code, detail, opts), json_shapes.schema("Problem")), headers
 end
 
 return M

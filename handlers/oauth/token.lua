@@ -3,6 +3,7 @@
 -- form fields (one method, not both) and receives a Bearer access token for
 -- some or all of its scopes. Errors follow RFC 6749 5.2.
 local json = require "json"
+local json_shapes = require "json_shapes"
 local oauth_client = require "oauth_client"
 local scopes = require "scopes"
 local credentials = require "credentials"
@@ -12,7 +13,7 @@ local NO_STORE = { ["Cache-Control"] = "no-store", Pragma = "no-cache", ["Conten
 local function oauth_error(status, code, description)
   local headers = { ["Cache-Control"] = "no-store", Pragma = "no-cache", ["Content-Type"] = "application/json" }
   if status == 401 then headers["WWW-Authenticate"] = 'Basic realm="sgw"' end
-  return status, json.encode({ error = code, error_description = description }), headers
+  return status, json.encode({ error = code, error_description = description }, json_shapes.schema("OAuthError")), headers
 end
 
 local CLIENT_SQL = [[
@@ -80,5 +81,5 @@ return function(req)
     table.concat(granted, " "), clock.now() + ttl))
   return 200, json.encode({
     access_token = token, token_type = "Bearer", expires_in = ttl, scope = table.concat(granted, " "),
-  }), NO_STORE
+  }, json_shapes.schema("TokenResponse")), NO_STORE
 end

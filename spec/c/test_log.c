@@ -102,6 +102,20 @@ static void test_order(void) {
     log_stop_writer();
 }
 
+/* Lua fields come in a fixed order, requestId first, slashes as they are. */
+static void test_lua_fields(void) {
+    lua_State *L = luaL_newstate();
+    lapi_log_open(L);
+    truncate_output();
+    int rc = luaL_dostring(L, "log.info('ordered', { zeta = 1, route = '/api/v1/posts/{postId}', "
+                              "requestId = 'req_1', alpha = true, level = 'x', status = 200 })");
+    check(rc == LUA_OK, "log.info runs", rc == LUA_OK ? NULL : lua_tostring(L, -1));
+    check(contains(",\"level\":\"info\",\"event\":\"ordered\",\"requestId\":\"req_1\",\"alpha\":true,"
+                   "\"route\":\"/api/v1/posts/{postId}\",\"status\":200,\"zeta\":1}\n"),
+          "Lua log fields: requestId first, then sorted, no escaped slash", NULL);
+    lua_close(L);
+}
+
 #define THREADS 4
 #define LINES   20000
 
@@ -164,6 +178,7 @@ int main(void) {
     test_time_prefix();
     test_escape();
     test_without_writer();
+    test_lua_fields();
     test_order();
     test_many_threads();
 

@@ -30,6 +30,14 @@ function M.install(overrides)
     iso = function(t) return os.date("!%Y-%m-%dT%H:%M:%S.000Z", math.floor(t or now)) end,
   }
   _G.metrics = { inc = function() end, set = function() end }
+  -- Files of the checkout, as the host's asset() gives those of the loaded code.
+  _G.asset = function(path)
+    local f = io.open(path, "rb")
+    if not f then return nil end
+    local text = f:read("a")
+    f:close()
+    return text
+  end
   _G.crypto = {
     random_token = function(n)
       local chars = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
