@@ -126,7 +126,9 @@ def check_body(doc, schema, rec, where):
             branches.setdefault(e.relative_schema_path[0], []).append(e)
         chosen = discriminated_branch(err)
         if chosen is None:
-            chosen = min(branches, key=lambda i: len(branches[i]))
+            # A branch of the wrong JSON type (null for an object) says least.
+            wrong_type = lambda i: all(e.validator == "type" and list(e.absolute_path) == list(err.absolute_path) for e in branches[i])
+            chosen = min(branches, key=lambda i: (wrong_type(i), len(branches[i])))
         if chosen not in branches:
             break
         err = best_match(branches[chosen])
