@@ -7,13 +7,14 @@
 #   services/start      fixture set-up: spec/support/services start
 #   services/stop       fixture clean-up: stops them and deletes their data
 #   package/deb         spec/support/check-package: cpack -G DEB and its contents
+#   docs/openapi        tools/openapi/check (npm packages of tools/openapi)
 #   c/<name>            spec/c/test_<name>.c (added by CMakeLists.txt); a C test
 #                       whose source mentions SGW_TEST_DATABASE_URL or
 #                       SGW_TEST_REDIS_URL gets the fixture and those variables
 #
 # Every test runs from the repository root. Servers, sgw instances and
 # databases get free ports and unique names, so `ctest -j2` is safe.
-# Labels: `ctest -L unit`, `-L integration`, `-L c`, `-L package`.
+# Labels: `ctest -L unit`, `-L integration`, `-L c`, `-L package`, `-L docs`.
 
 find_program(SGW_LUA NAMES lua5.4)
 find_program(SGW_BUSTED NAMES busted)
@@ -87,6 +88,16 @@ if(NOT SGW_SANITIZE)
     WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
   set_tests_properties(package/deb PROPERTIES TIMEOUT 120 LABELS package)
 endif()
+
+# ---------------------------------------------------------------- docs
+#   docs/openapi  tools/openapi/check: lib/openapi.json validates against the
+#                 OpenAPI 3.1 schema and openapi-typescript's types of it
+#                 compile with tsc --strict (npm packages: scripts/dev runs
+#                 npm ci in tools/openapi)
+add_test(NAME docs/openapi
+  COMMAND ${SGW_BASH} ${CMAKE_SOURCE_DIR}/tools/openapi/check ${CMAKE_BINARY_DIR}/openapi
+  WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(docs/openapi PROPERTIES TIMEOUT 120 LABELS docs)
 
 # ---------------------------------------------------------------- C tests
 # CMakeLists.txt registers c/<name> as the bare executable. Those that use the

@@ -53,6 +53,7 @@ describe("idempotency", function()
       for name, value in (read("h") or ""):gmatch("([%w-]+):%s*([^\r\n]*)") do headers[name:lower()] = value end
       local status, body = tonumber(read("s")), read("b")
       stack.sh("rm -rf " .. q(dir))
+      stack.record("POST", sgw.base_url .. path, status, headers, body)
       return status, body, headers
     end
   end

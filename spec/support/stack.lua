@@ -254,7 +254,62 @@ function M.request(method, url, opts)
   for k, v in pairs(resp_headers or {}) do
     lower[k:lower()] = v
   end
-  return status, table.concat(chunks), lower
+  local resp_body = table.concat(chunks)
+  M.record(method, url, status, lower, resp_body)
+  return status, resp_body, lower
+end
+
+-- ------------------------------------------------------------------ OpenAPI check
+
+-- Every answer of an sgw instance's public listener (not its admin listener)
+-- is recorded, and when the spec file ends spec/support/openapi_check.py
+-- checks them all against lib/openapi.json (one process per spec file): an
+-- undocumented status or media type, or a body its schema refuses, fails the
+-- spec file that saw it. Which paths count as API is the checker's rule.
+local public_listeners = {}  -- "http://127.0.0.1:port" -> true
+local records_path, spec_name
+
+local function spec_file_name()
+  for level = 2, 40 do
+    local info = debug.getinfo(level, "S")
+    if not info then
+      break
+    end
+    local name = info.source:match("([%w_%-]+)_spec%.lua$")
+    if name then
+      return name
+    end
+  end
+  return "spec"
+end
+
+--- Records one answer for the OpenAPI check when url is an sgw instance's
+--- public listener. For specs that reach sgw without request() (curl in the
+--- background): headers with lower-case names.
+function M.record(method, url, status, headers, body)
+  local origin, path = url:match("^(https?://[^/]+)(/[^?#]*)")
+  if not (origin and public_listeners[origin] and records_path) then
+    return
+  end
+  local f = io.open(records_path, "ab")
+  if f then
+    f:write(cjson.encode({ method = method, path = path, status = status,
+      contentType = headers["content-type"] or "", body = body or "" }), "\n")
+    f:close()
+  end
+end
+
+local function check_records()
+  local f = records_path and io.open(records_path, "rb")
+  if not f then
+    return
+  end
+  f:close()
+  local code, out = M.sh("/usr/bin/python3 " .. q(M.repo_root() .. "/spec/support/openapi_check.py") .. " "
+    .. q(M.repo_root() .. "/lib/openapi.json") .. " " .. q(records_path))
+  if code ~= 0 then
+    error("OpenAPI check of " .. spec_name .. "_spec.lua (answers in " .. records_path .. "):\n" .. out, 0)
+  end
 end
 
 --- Like request, but decodes the body as JSON: status, value (nil when the
@@ -546,6 +601,7 @@ function M.start_sgw(opts)
 
   inst.pid = spawn(inst)
   instances[#instances + 1] = inst
+  public_listeners[inst.base_url] = true
   bind_methods(inst)
 
   local wait_for = opts.wait_for
@@ -600,6 +656,20 @@ function M.cleanup()
     if inst:alive() then
       inst:stop(10)
     end
+  end
+end
+
+-- The spec file that requires this module gets the OpenAPI check as its
+-- last teardown.
+do
+  spec_name = spec_file_name()
+  local dir = M.build_dir() .. "/openapi-answers"
+  os.execute("mkdir -p " .. q(dir))
+  records_path = dir .. "/" .. spec_name .. ".jsonl"
+  os.remove(records_path)
+  local ok, busted = pcall(require, "busted")
+  if not (ok and type(busted) == "table" and busted.teardown and pcall(busted.teardown, check_records)) then
+    records_path = nil
   end
 end
 
