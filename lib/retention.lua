@@ -11,6 +11,9 @@
 --                     delivery attempts (older than webhooks.retry.max_age_hours,
 --                     so no delivery is still pending)
 --   uploads           uploads made that many days ago that no post uses
+--   comment_changes   comment change feed rows (lib/comment_changes.lua)
+--                     numbered that many days ago or earlier (changed_at);
+--                     rows not numbered yet are kept whatever their age
 local M = {}
 
 local KINDS = {
@@ -32,6 +35,10 @@ local KINDS = {
          AND NOT EXISTS (SELECT 1 FROM posts p
                           WHERE p.image ->> 'source' = 'upload' AND p.image ->> 'upload_id' = u.id)
        ORDER BY u.created_at LIMIT $2)]] },
+  { name = "comment_changes", sql = [[DELETE FROM comment_changes WHERE id IN (
+      SELECT id FROM comment_changes
+       WHERE sequence IS NOT NULL AND changed_at < now() - make_interval(days => $1)
+       ORDER BY changed_at LIMIT $2)]] },
 }
 
 -- Deletes one batch of each kind. Returns {kind = rows deleted} and whether
