@@ -12,8 +12,9 @@
 --                     so no delivery is still pending)
 --   uploads           uploads made that many days ago that no post uses
 --   comment_changes   comment change feed rows (lib/comment_changes.lua)
---                     numbered that many days ago or earlier (changed_at);
---                     rows not numbered yet are kept whatever their age
+--                     of changes made that many days ago; rows no reader
+--                     has numbered yet are kept whatever their age, so the
+--                     feed starts at the oldest change still kept
 local M = {}
 
 local KINDS = {
