@@ -39,7 +39,11 @@ local routes = {
   { method = "GET", path = "/media/{file}", handler = "media/get", auth = false, rate_limit = "media.rate_limit_per_minute" },
 
   { method = "GET", path = "/api/v1/posts/{postId}/comments", handler = "api/comments_list", scope = "comments:read" },
+  -- Literal segments win over {commentId} (host/router.c), whatever the order.
+  { method = "GET", path = "/api/v1/comments", handler = "api/comments_inbox", scope = "comments:read" },
+  { method = "GET", path = "/api/v1/comments/changes", handler = "api/comments_changes", scope = "comments:read" },
   { method = "GET", path = "/api/v1/comments/{commentId}", handler = "api/comments_get", scope = "comments:read" },
+  { method = "GET", path = "/api/v1/comments/{commentId}/history", handler = "api/comments_history", scope = "comments:read" },
   { method = "POST", path = "/api/v1/comments/{commentId}/replies", handler = "api/comments_reply",
     scope = "comments:write", idempotency = "optional", validates_body = true },
   { method = "POST", path = "/api/v1/comments/{commentId}/hide", handler = "api/comments_hide",

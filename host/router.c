@@ -4,7 +4,10 @@
  * Routes are data written in Lua (so adding an endpoint needs no C), but the
  * host matches them itself: it must know a route's body limit before it
  * reads a body, and a 404 or 405 needs no handler. Patterns are literal path
- * segments and "{name}" segments, each matching exactly one segment.
+ * segments and "{name}" segments, each matching exactly one segment. When
+ * several routes of the method match, the one with a literal segment where
+ * the others have a parameter, earliest, wins (/comments/changes over
+ * /comments/{id}), whatever the table order; among equals the first listed.
  */
 #include "sgw.h"
 
@@ -182,6 +185,16 @@ int routes_from_lua(lua_State *L, sgw_routes *out, char *err, size_t errlen) {
     return 0;
 }
 
+/* Which segments of a route are literal, the first one as the highest bit:
+ * of two routes matching one path, the greater is the more specific. */
+static unsigned long long literal_mask(const sgw_route *r) {
+    unsigned long long mask = 0;
+    for (int i = 0; i < r->nsegments; i++) {
+        mask = (mask << 1) | (r->segments[i][0] != '{');
+    }
+    return mask;
+}
+
 /* Compares one pattern against the request's segments, capturing params. */
 static int pattern_matches(const sgw_route *r, const path_seg *segs, int nsegs, sgw_match *m) {
     if (r->nsegments != nsegs) return 0;
@@ -216,17 +229,20 @@ void routes_match(const sgw_routes *rs, const char *method, const char *path, sg
     int has_empty = plen > 1 && (path[plen - 1] == '/' || strstr(path, "//"));
     /* HEAD is served by GET routes. */
     const char *want = strcmp(method, "HEAD") == 0 ? "GET" : method;
-    int path_found = 0;
+    int path_found = 0, best = -1;
+    unsigned long long best_mask = 0;
     size_t alen = 0;
     if (!has_empty) {
         for (int i = 0; i < rs->n; i++) {
             const sgw_route *r = &rs->v[i];
             if (!pattern_matches(r, segs, nsegs, NULL)) continue;
             if (strcmp(r->method, want) == 0) {
-                pattern_matches(r, segs, nsegs, m);
-                m->route = i;
-                m->status = 0;
-                break;
+                unsigned long long mask = literal_mask(r);
+                if (best < 0 || mask > best_mask) {
+                    best = i;
+                    best_mask = mask;
+                }
+                continue;
             }
             path_found = 1;
             /* Collect the Allow list, without duplicates. */
@@ -234,6 +250,11 @@ void routes_match(const sgw_routes *rs, const char *method, const char *path, sg
                 alen += (size_t)snprintf(m->allow + alen, sizeof m->allow - alen, "%s%s", alen ? ", " : "", r->method);
             }
         }
+    }
+    if (best >= 0) {
+        pattern_matches(&rs->v[best], segs, nsegs, m);
+        m->route = best;
+        m->status = 0;
     }
     if (m->route < 0 && path_found) m->status = 405;
     if (m->route >= 0) m->allow[0] = 0;

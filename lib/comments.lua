@@ -10,7 +10,8 @@ local COLUMNS = { "id", "company_id", "environment", "post_target_id", "post_id"
   "platform_comment_id", "platform_post_id", "parent_platform_comment_id", "text", "author_platform_id",
   "author_name", "is_from_account", "is_hidden", "is_deleted", "like_count" }
 
-local function select_list(prefix)
+-- The select list of a Comment row, columns prefixed (e.g. "c.").
+function M.select_list(prefix)
   local out = {}
   for i, c in ipairs(COLUMNS) do out[i] = prefix .. c end
   out[#out + 1] = sqltime.iso(prefix .. "created_at", "created_at")
@@ -60,10 +61,12 @@ for _, m in ipairs {
 } do MERGE[#MERGE + 1] = m end
 
 -- The state a change of which is announced (social.comment.updated).
-local STATE = { text = true, is_hidden = true, is_deleted = true }
+-- Each maps to the change it makes (comment_changes), given its new value.
+local STATE = { text = "'edited'", is_hidden = "CASE WHEN %s THEN 'hidden' ELSE 'unhidden' END",
+  is_deleted = "'deleted'" }
 
 local function upsert_sql()
-  local set, new, old, new_shown, old_shown, new_state, old_state = {}, {}, {}, {}, {}, {}, {}
+  local set, new, old, new_shown, old_shown, new_state, old_state, changes = {}, {}, {}, {}, {}, {}, {}, {}
   for i, m in ipairs(MERGE) do
     set[i] = m[1] .. " = " .. m[2]
     new[i], old[i] = "(" .. m[2] .. ")", "comments." .. m[1]
@@ -72,12 +75,15 @@ local function upsert_sql()
     end
     if STATE[m[1]] then
       new_state[#new_state + 1], old_state[#old_state + 1] = new[i], old[i]
+      changes[#changes + 1] = ("CASE WHEN %s IS DISTINCT FROM %s THEN %s END")
+        :format(new[i], old[i], STATE[m[1]]:format(new[i]))
     end
   end
   set[#set + 1] = ("updated_at = CASE WHEN (%s) IS DISTINCT FROM (%s) THEN now() ELSE comments.updated_at END")
     :format(table.concat(new_shown, ", "), table.concat(old_shown, ", "))
   set[#set + 1] = ("state_changed = (%s) IS DISTINCT FROM (%s)")
     :format(table.concat(new_state, ", "), table.concat(old_state, ", "))
+  set[#set + 1] = ("state_changes = array_remove(ARRAY[%s]::text[], NULL)"):format(table.concat(changes, ", "))
   return [[
 WITH obs AS (
   SELECT o.*, t.id AS target_id, t.post_id, t.company_id, t.environment
@@ -109,20 +115,25 @@ WITH obs AS (
     WHERE (]] .. table.concat(new, ", ") .. [[) IS DISTINCT FROM (]] .. table.concat(old, ", ") .. [[)
   RETURNING comments.*, (xmax = 0) AS created
 )
-SELECT ]] .. select_list("up.") .. [[, up.created, up.state_changed, p.client_id
+SELECT ]] .. M.select_list("up.") .. [[, up.created, up.state_changed, to_jsonb(up.state_changes) AS state_changes, p.client_id
   FROM up JOIN posts p ON p.id = up.post_id]]
 end
 local UPSERT = upsert_sql()
 
 local REQUIRED = { "social_account_id", "platform", "platform_post_id", "platform_comment_id", "version" }
 
--- apply(observations) -> created rows, changed rows (created included)
+-- apply(observations, how) -> created rows, changed rows (created included)
 -- Rows carry the columns of COLUMNS, created_at/updated_at as the API shows
 -- them, and client_id (the client that created the post).
 -- One statement per batch; several observations of the same comment in one
 -- batch go in successive statements, in their order (PostgreSQL cannot
 -- upsert one row twice in one statement).
-function M.apply(observations)
+-- Every change it makes is recorded, in the same transaction, through
+-- comment_changes (the feed and the hidden/unhidden/deleted events):
+-- how.actor made it (default the platform), how.data goes into its events,
+-- how.created = false records no `created` (a reply records `replied`).
+function M.apply(observations, how)
+  how = how or {}
   local rounds, seen = {}, {}
   for _, o in ipairs(observations) do
     for _, k in ipairs(REQUIRED) do
@@ -136,15 +147,33 @@ function M.apply(observations)
     for k, v in pairs(o) do row[k] = v end
     table.insert(rounds[n], row)
   end
-  local created, changed = {}, {}
-  for _, batch in ipairs(rounds) do
-    local rows = assert(db.query(UPSERT, json.encode(batch)))
-    for _, r in ipairs(rows) do
-      changed[#changed + 1] = r
-      if r.created then created[#created + 1] = r end
-    end
+  local created, changed, recorded = {}, {}, {}
+  local function record(r, kind)
+    recorded[#recorded + 1] = { row = r, type = kind, actor = how.actor, data = how.data }
   end
+  db.transaction(function()
+    for _, batch in ipairs(rounds) do
+      local rows = assert(db.query(UPSERT, json.encode(batch)))
+      for _, r in ipairs(rows) do
+        changed[#changed + 1] = r
+        if r.created then
+          created[#created + 1] = r
+          if how.created ~= false then record(r, "created") end
+        else
+          for _, kind in ipairs(r.state_changes) do record(r, kind) end
+        end
+      end
+    end
+    require("comment_changes").record_many(recorded)
+  end)
   return created, changed
+end
+
+-- A comment by id with client_id (the client that created its post), as
+-- apply returns it, or nil. Whatever its company: for internal callers.
+function M.load(id)
+  return assert(db.query("SELECT " .. M.select_list("c.") .. [[, p.client_id
+      FROM comments c JOIN posts p ON p.id = c.post_id WHERE c.id = $1]], id))[1]
 end
 
 -- The Comment of spec 2.1. Fields no observation has told us yet show as
@@ -204,7 +233,7 @@ end
 -- A comment of the caller's company and environment, or nil.
 function M.find(client, id)
   if type(id) ~= "string" or #id > 64 then return nil end
-  local rows = assert(db.query("SELECT " .. select_list("") .. [[ FROM comments
+  local rows = assert(db.query("SELECT " .. M.select_list("") .. [[ FROM comments
       WHERE id = $1 AND company_id = $2 AND environment = $3]], id, client.company_id, client.environment))
   return rows[1]
 end
@@ -214,7 +243,7 @@ end
 -- position after the last one when more follow, else nil.
 function M.list(client, post_id, after, limit)
   -- Qualified names: the output column created_at is the formatted text.
-  local rows = assert(db.query("SELECT " .. select_list("c.") .. ", " .. sqltime.exact("c.created_at", "position_t") .. [[
+  local rows = assert(db.query("SELECT " .. M.select_list("c.") .. ", " .. sqltime.exact("c.created_at", "position_t") .. [[
       FROM comments c
       WHERE c.post_id = $1 AND c.company_id = $2 AND c.environment = $3
         AND ($4::timestamptz IS NULL OR (c.created_at, c.id) > ($4::timestamptz, $5))

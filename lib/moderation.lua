@@ -15,6 +15,9 @@ local adapters = require "platforms.adapters"
 local graph_errors = require "platforms.graph_errors"
 local RANK = require("comment_versions").RANK
 local token_health = require "token_health"
+local actors = require "actors"
+local comment_audit = require "comment_audit"
+local comment_changes = require "comment_changes"
 
 local M = {}
 
@@ -56,19 +59,32 @@ local function check(comment, action, body)
   end
 end
 
+-- Creates the operation of `action` (reply, hide, unhide, delete) on a
+-- comment row (comments.find) that passed check, its audit row (who asked:
+-- actor, lib/actors.lua) and its job. client: whose operation it is.
+-- message: a reply's text. Inside the caller's transaction (or one of its
+-- own). Returns the operation id.
+function M.create(client, comment, action, actor, message)
+  local op_id = operations.new_id()
+  actors.columns(actor)
+  db.transaction(function()
+    operations.create(client, OPERATION[action], "comment", comment.id, op_id)
+    comment_audit.record(comment.id, OPERATION[action], actor, op_id)
+    -- Attempts are counted and capped by the job itself (publishing.retry.*).
+    assert(jobs.enqueue("moderate_comment", { operationId = op_id, action = action, message = message,
+      actor = actor }, { max_attempts = 1000 }))
+  end)
+  return op_id
+end
+
 -- The handler of POST .../replies, .../hide, .../unhide and DELETE: returns
--- the 202 answer.
-function M.request(req, ctx, action)
+-- the 202 answer. actor: who asks (default the API client).
+function M.request(req, ctx, action, actor)
   local comment = comments.find(ctx.client, req.params.commentId)
   if not comment then problem.raise(404, "not_found", "No comment with this id.") end
   check(comment, action, req.json)
-  local op_id = operations.new_id()
-  db.transaction(function()
-    operations.create(ctx.client, OPERATION[action], "comment", comment.id, op_id)
-    -- Attempts are counted and capped by the job itself (publishing.retry.*).
-    assert(jobs.enqueue("moderate_comment", { operationId = op_id, action = action,
-      message = action == "reply" and req.json.message or nil }, { max_attempts = 1000 }))
-  end)
+  local op_id = M.create(ctx.client, comment, action, actor or actors.client(ctx.client),
+    action == "reply" and req.json.message or nil)
   return 202, { requestId = req.id, operationId = op_id, status = "queued", resource = { commentId = comment.id } }
 end
 
@@ -157,19 +173,24 @@ end
 -- social.comment.replied to the client that asked. Once, even if a run that
 -- lost its lease gets here too.
 local function succeed(row, payload, outcome)
+  -- Who asked; a job queued before actors were recorded was the client's.
+  local actor = payload.actor or { type = "client", id = row.client_id }
+  -- A rule's changes say which rule and operation caused them (CONTRACT 12).
+  local data = actor.type == "rule" and { ruleId = actor.id, operationId = row.id } or nil
   db.transaction(function()
     local op = assert(db.query("SELECT status FROM operations WHERE id = $1 FOR UPDATE", row.id))[1]
     if FINAL[op.status] then return end
     if payload.action ~= "reply" then
-      comments.apply({ observation(row, payload.action) })
+      comments.apply({ observation(row, payload.action) }, { actor = actor, data = data })
       operations.finish(row.id, "succeeded", { commentId = row.comment_id })
       return
     end
-    comments.apply({ reply_observation(row, payload, outcome) })
+    comments.apply({ reply_observation(row, payload, outcome) }, { actor = actor, data = data, created = false })
     -- The row may be older than this apply: Meta's webhook for the Page's own reply can be quicker.
     local id = assert(db.query("SELECT id FROM comments WHERE social_account_id = $1 AND platform_comment_id = $2",
       row.account_id, outcome.platform_comment_id))[1].id
     local reply = comments.find(client_of(row), id)
+    comment_changes.record(id, "replied", actor, data)
     operations.finish(row.id, "succeeded", { commentId = id, platformCommentId = outcome.platform_comment_id })
     events.emit(client_of(row), "social.comment.replied",
       { operationId = row.id, commentId = row.comment_id, reply = comments.present(reply) })

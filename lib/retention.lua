@@ -11,6 +11,10 @@
 --                     delivery attempts (older than webhooks.retry.max_age_hours,
 --                     so no delivery is still pending)
 --   uploads           uploads made that many days ago that no post uses
+--   comment_changes   comment change feed rows (lib/comment_changes.lua)
+--                     of changes made that many days ago; rows no reader
+--                     has numbered yet are kept whatever their age, so the
+--                     feed starts at the oldest change still kept
 local M = {}
 
 local KINDS = {
@@ -32,6 +36,10 @@ local KINDS = {
          AND NOT EXISTS (SELECT 1 FROM posts p
                           WHERE p.image ->> 'source' = 'upload' AND p.image ->> 'upload_id' = u.id)
        ORDER BY u.created_at LIMIT $2)]] },
+  { name = "comment_changes", sql = [[DELETE FROM comment_changes WHERE id IN (
+      SELECT id FROM comment_changes
+       WHERE sequence IS NOT NULL AND changed_at < now() - make_interval(days => $1)
+       ORDER BY changed_at LIMIT $2)]] },
 }
 
 -- Deletes one batch of each kind. Returns {kind = rows deleted} and whether

@@ -134,9 +134,10 @@ end
 --- Instagram sandbox account.
 function M.test_tenant(env, name)
   local company = stack.cli(env.sgw, { "company", "create", "--name", name }).companyId
-  local t = client(env, stack.cli(env.sgw, { "client", "create", "--company", company, "--environment", "test",
-    "--scopes", ALL_SCOPES }).apiKey)
-  t.company = company
+  local created = stack.cli(env.sgw, { "client", "create", "--company", company, "--environment", "test",
+    "--scopes", ALL_SCOPES })
+  local t = client(env, created.apiKey)
+  t.company, t.client_id = company, created.clientId
   local _
   _, t.fb = t.api("POST", "/api/v1/sandbox/accounts", { platform = "facebook", name = name .. " page" })
   _, t.ig = t.api("POST", "/api/v1/sandbox/accounts", { platform = "instagram", name = name .. " IG" })

@@ -1,0 +1,120 @@
+-- GET /api/v1/comments (CONTRACT 12): a company's comments of one
+-- environment, filtered, newest or oldest first, keyset-paged on
+-- (created_at, id). docs/comments.md, "Inbox".
+local problem = require "problem"
+local cursor = require "cursor"
+local post_rules = require "post_rules"
+local sqltime = require "sqltime"
+
+local M = {}
+
+local function bad(name, message)
+  problem.raise(400, "invalid_parameter", message,
+    { errors = { { field = name, code = "invalid_parameter", message = message } } })
+end
+
+local BOOLEAN = { ["true"] = true, ["false"] = false }
+local PLATFORMS = { facebook = true, instagram = true }
+local ORDERS = { newest = true, oldest = true }
+
+-- Ids are ASCII words; anything else names nothing (and is refused rather
+-- than answered with an empty page, so a typo shows).
+local function id_param(q, name)
+  local v = q[name]
+  if v ~= nil and (#v < 1 or #v > 64 or not v:match("^[%w_%-]+$")) then
+    bad(name, name .. " must be an id, as the API gives them.")
+  end
+  return v
+end
+
+local function boolean_param(q, name)
+  local v = q[name]
+  if v == nil then return nil end
+  if BOOLEAN[v] == nil then bad(name, name .. " must be true or false.") end
+  return BOOLEAN[v]
+end
+
+local function time_param(q, name)
+  local v = q[name]
+  if v == nil then return nil end
+  if not post_rules.parse_time(v) then bad(name, name .. " must be an RFC 3339 date-time with a zone, such as 2026-01-31T09:00:00Z.") end
+  return v
+end
+
+-- A LIKE pattern that matches `s` literally, anywhere.
+local function contains(s)
+  return "%" .. s:gsub("[\\%%_]", "\\%0") .. "%"
+end
+
+-- The query's filters, order, page position and size; a bad value raises
+-- 400 invalid_parameter naming it (invalid_cursor for a cursor).
+function M.parse(q)
+  local f = {
+    social_account_id = id_param(q, "socialAccountId"),
+    post_id = id_param(q, "postId"),
+    is_hidden = boolean_param(q, "isHidden"),
+    is_deleted = boolean_param(q, "isDeleted"),
+    is_from_account = boolean_param(q, "isFromAccount"),
+    since = time_param(q, "createdSince"),
+    ["until"] = time_param(q, "createdUntil"),
+    order = q.order or "newest",
+  }
+  if q.platform ~= nil and not PLATFORMS[q.platform] then bad("platform", "platform must be facebook or instagram.") end
+  f.platform = q.platform
+  if not ORDERS[f.order] then bad("order", "order must be newest or oldest.") end
+  if q.q ~= nil then
+    local n = utf8.len(q.q)
+    if not n or n < 1 or n > 200 then bad("q", "q must be 1 to 200 characters of text.") end
+    f.pattern = contains(q.q)
+  end
+  local lerr
+  f.limit, lerr = cursor.limit(q.limit, 25, 100)
+  if not f.limit then bad("limit", lerr) end
+  if q.cursor then
+    f.after = cursor.decode(q.cursor, { t = "time", id = "id", o = "string" })
+    -- A cursor holds its order: one of the other order would skip or repeat.
+    if not f.after or f.after.o ~= f.order then
+      problem.raise(400, "invalid_cursor", "The cursor is not one this API gave out for this order.")
+    end
+  end
+  return f
+end
+
+-- Bounds compare to the millisecond, as the API shows times: a comment's
+-- own createdAt as either bound includes it.
+-- Case folding by Unicode rules whatever the database's locale; the same
+-- expression as the trigram index of migrations/0022.
+local LOWER_TEXT = [[lower(c.text COLLATE "und-x-icu")]]
+
+-- One page: rows (comments.present's input) and the cursor of the next page
+-- or nil on the last.
+function M.list(client, f)
+  local newest = f.order == "newest"
+  local sql = "SELECT " .. require("comments").select_list("c.") .. ", " .. sqltime.exact("c.created_at", "position_t")
+    .. [[ FROM comments c
+      WHERE c.company_id = $1 AND c.environment = $2
+        AND ($3::text IS NULL OR c.social_account_id = $3)
+        AND ($4::text IS NULL OR c.platform = $4)
+        AND ($5::text IS NULL OR c.post_id = $5)
+        AND ($6::boolean IS NULL OR c.is_hidden = $6)
+        AND ($7::boolean IS NULL OR c.is_deleted = $7)
+        AND ($8::boolean IS NULL OR c.is_from_account = $8)
+        AND ($9::timestamptz IS NULL OR c.created_at >= date_trunc('milliseconds', $9::timestamptz))
+        AND ($10::timestamptz IS NULL OR c.created_at < date_trunc('milliseconds', $10::timestamptz) + interval '1 millisecond')
+        AND ($11::text IS NULL OR ]] .. LOWER_TEXT .. [[ LIKE lower($11 COLLATE "und-x-icu"))
+        AND ($12::timestamptz IS NULL OR (c.created_at, c.id) ]] .. (newest and "<" or ">") .. [[ ($12::timestamptz, $13))
+      ORDER BY c.created_at ]] .. (newest and "DESC" or "ASC") .. ", c.id " .. (newest and "DESC" or "ASC")
+    .. " LIMIT $14"
+  local rows = assert(db.query(sql, client.company_id, client.environment, f.social_account_id, f.platform, f.post_id,
+    f.is_hidden, f.is_deleted, f.is_from_account, f.since, f["until"], f.pattern,
+    f.after and f.after.t, f.after and f.after.id, f.limit + 1))
+  local next_cursor
+  if #rows > f.limit then
+    rows[#rows] = nil
+    local last = rows[#rows]
+    next_cursor = cursor.encode({ t = last.position_t, id = last.id, o = f.order })
+  end
+  return rows, next_cursor
+end
+
+return M
