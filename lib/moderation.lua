@@ -56,18 +56,28 @@ local function check(comment, action, body)
   end
 end
 
+-- An operation on a comment and its job, inside the caller's transaction;
+-- returns the operation's id. opts: message (a reply's), trigger (what
+-- started it when no client asked: {type = "rule", ruleId}), actor (who acts,
+-- for the comment's history: {type = "rule", id}).
+function M.start(client, comment_id, action, opts)
+  local op_id = operations.create(client, OPERATION[action], "comment", comment_id, nil,
+    { trigger = opts.trigger, actor = opts.actor })
+  -- Attempts are counted and capped by the job itself (publishing.retry.*).
+  assert(jobs.enqueue("moderate_comment", { operationId = op_id, action = action, message = opts.message },
+    { max_attempts = 1000 }))
+  return op_id
+end
+
 -- The handler of POST .../replies, .../hide, .../unhide and DELETE: returns
 -- the 202 answer.
 function M.request(req, ctx, action)
   local comment = comments.find(ctx.client, req.params.commentId)
   if not comment then problem.raise(404, "not_found", "No comment with this id.") end
   check(comment, action, req.json)
-  local op_id = operations.new_id()
+  local op_id
   db.transaction(function()
-    operations.create(ctx.client, OPERATION[action], "comment", comment.id, op_id)
-    -- Attempts are counted and capped by the job itself (publishing.retry.*).
-    assert(jobs.enqueue("moderate_comment", { operationId = op_id, action = action,
-      message = action == "reply" and req.json.message or nil }, { max_attempts = 1000 }))
+    op_id = M.start(ctx.client, comment.id, action, { message = action == "reply" and req.json.message or nil })
   end)
   return 202, { requestId = req.id, operationId = op_id, status = "queued", resource = { commentId = comment.id } }
 end
@@ -75,7 +85,7 @@ end
 -- ---------------------------------------------------------------- the job
 
 local LOAD_SQL = [[
-  SELECT o.id, o.status, o.company_id, o.environment, o.client_id, o.resource_id AS comment_id,
+  SELECT o.id, o.status, o.company_id, o.environment, o.client_id, o.resource_id AS comment_id, o.trigger,
          extract(epoch FROM o.created_at)::float8 AS requested_at,
          c.platform_comment_id, c.parent_platform_comment_id, c.platform_post_id,
          a.id AS account_id, a.platform, a.platform_account_id, a.access_token_enc, a.status AS account_status,
@@ -163,6 +173,12 @@ local function succeed(row, payload, outcome)
     if payload.action ~= "reply" then
       comments.apply({ observation(row, payload.action) })
       operations.finish(row.id, "succeeded", { commentId = row.comment_id })
+      -- No client asked for a rule's operation: the post's client hears of it.
+      if type(row.trigger) == "table" and row.trigger.type == "rule" then
+        events.emit(client_of(row), "social.comment." .. (payload.action == "delete" and "deleted" or "hidden"),
+          { comment = comments.present(comments.find(client_of(row), row.comment_id)),
+            ruleId = row.trigger.ruleId, operationId = row.id })
+      end
       return
     end
     comments.apply({ reply_observation(row, payload, outcome) })
