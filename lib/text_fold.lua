@@ -36,22 +36,13 @@ function M.fold(text)
   return (lower:gsub(MULTIBYTE, FOLD))
 end
 
--- The words of folded text: runs of letters and digits (any non-ASCII
--- character counts as a letter), each once, as a set.
+-- A word: a run of letters and digits (any non-ASCII character counts as a letter).
 M.WORD = "[%w\x80-\xFF]+"
 
-function M.words(folded)
-  local set = {}
-  for w in folded:gmatch(M.WORD) do set[w] = true end
-  return set
-end
-
--- The words joined by single spaces, with a space at each end, so a phrase
--- is found whole with one plain find of " its words ".
+-- The words with one space between them and spaces at both ends, so a
+-- phrase is found whole with one plain find of " its words ".
 function M.spaced(folded)
-  local out = {}
-  for w in folded:gmatch(M.WORD) do out[#out + 1] = w end
-  return " " .. table.concat(out, " ") .. " "
+  return " " .. folded:gsub("[^%w\x80-\xFF]+", " ") .. " "
 end
 
 return M

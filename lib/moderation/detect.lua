@@ -11,10 +11,13 @@ for tld in ([[com net org info biz io co me ly gl gg app dev xyz online site sho
   TLDS[tld] = true
 end
 
-function M.has_link(text)
-  local lower = text:lower()
-  if lower:find("https?://") or lower:find("%f[%w]www%.[%w-]") then return true end
-  for tld in lower:gmatch("[%w-]%.(%a%a+)%f[^%w]") do
+-- folded: lower case (the subject's `folded`). Plain finds first: most
+-- comments have no dot at all.
+function M.has_link(folded)
+  if folded:find("://", 1, true) and folded:find("https?://") then return true end
+  if not folded:find(".", 1, true) then return false end
+  if folded:find("%f[%w]www%.[%w-]") then return true end
+  for tld in folded:gmatch("[%w-]%.(%a%a+)%f[^%w]") do
     if TLDS[tld] then return true end
   end
   return false
@@ -33,12 +36,14 @@ function M.has_phone(text)
 end
 
 -- A matcher of {"key": true}: false is refused (a rule says what to catch).
-function M.flag_matcher(test)
+-- test(text) gets the comment's text, or its folded form when `folded`.
+function M.flag_matcher(test, folded)
   return {
     validate = function(value)
       if value ~= true then return "must be true" end
     end,
     compile = function()
+      if folded then return function(comment) return test(comment.folded) end end
       return function(comment) return test(comment.text) end
     end,
   }

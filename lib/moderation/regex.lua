@@ -5,6 +5,8 @@
 -- Patterns and texts are compared folded (lower case, no Latin diacritics).
 local text_fold = require "text_fold"
 
+local byte = string.byte
+
 local M = {}
 
 M.MAX_LENGTH = 500
@@ -265,17 +267,26 @@ local function automaton(tree)
     positions = #classes, bits = bits }
 end
 
--- A Lua pattern class of the bytes that can start a match, to skip to the
--- next candidate with one C-speed find.
-local function start_class(a)
+-- A Lua pattern class of the bytes in mask's positions.
+local function class_of(a, mask)
   local out = {}
   for b = 0, 255 do
-    if a.by_byte[b] & a.first ~= 0 then
+    if a.by_byte[b] & mask ~= 0 then
       local c = string.char(b)
       out[#out + 1] = c:match("%w") and c or "%" .. c
     end
   end
   return "[" .. table.concat(out) .. "]"
+end
+
+-- A Lua pattern of the first two bytes a match can start with (the first
+-- byte alone when a match can be one byte long), to skip to the next
+-- candidate with one C-speed find.
+local function start_pattern(a)
+  if a.first & a.last ~= 0 then return class_of(a, a.first) end
+  local second = 0
+  a.bits(a.first, function(p) second = second | a.follow[p] end)
+  return class_of(a, a.first) .. class_of(a, second)
 end
 
 -- ---------------------------------------------------------------- API
@@ -295,7 +306,7 @@ function M.compile(pattern)
   end
   if a.nullable then return nil, "matches the empty text, hence every comment" end
   local follow, by_byte, first, last = a.follow, a.by_byte, a.first, a.last
-  local candidates = start_class(a)
+  local candidates = start_pattern(a)
 
   local trans, states = {}, 0
   -- The positions reached from state d (the positions just matched; -1:
@@ -325,7 +336,7 @@ function M.compile(pattern)
         row = {}
         trans[d], states = row, states + 1
       end
-      local b = text:byte(i)
+      local b = byte(text, i)
       local nd = row[b]
       if not nd then
         nd = step(d, b)

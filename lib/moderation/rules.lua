@@ -222,10 +222,10 @@ function M.compile(rules)
 end
 
 -- What matchers see of a comment: text, author_id, platform,
--- social_account_id, and derived forms made on first use, once.
+-- social_account_id, and derived forms made on first use, once: folded,
+-- spaced (text_fold.spaced of folded), length (in characters).
 local DERIVED = {
   folded = function(c) return text_fold.fold(c.text) end,
-  words = function(c) return text_fold.words(c.folded) end,
   spaced = function(c) return text_fold.spaced(c.folded) end,
   length = function(c) return utf8.len(c.text) or #c.text end,
 }

@@ -21,20 +21,16 @@ function M.validate(value)
   end
 end
 
+-- Each keyword as " its words ", found with one plain find in the
+-- comment's spaced words: cheaper than splitting every comment into a set.
 function M.compile(value)
-  local words, phrases = {}, {}
-  for _, k in ipairs(value) do
-    local spaced = text_fold.spaced(text_fold.fold(k))
-    local word = spaced:match("^ (%S+) $")
-    if word then words[#words + 1] = word else phrases[#phrases + 1] = spaced end
-  end
+  local padded = {}
+  for i, k in ipairs(value) do padded[i] = text_fold.spaced(text_fold.fold(k)):gsub("^ +", " "):gsub(" +$", " ") end
+  local n = #padded
   return function(comment)
-    local set = comment.words
-    for _, w in ipairs(words) do
-      if set[w] then return true end
-    end
-    for _, p in ipairs(phrases) do
-      if comment.spaced:find(p, 1, true) then return true end
+    local spaced = comment.spaced
+    for i = 1, n do
+      if spaced:find(padded[i], 1, true) then return true end
     end
     return false
   end

@@ -3,4 +3,4 @@
 -- domain ("example.com", "bit.ly/x").
 local detect = require "moderation.detect"
 
-return detect.flag_matcher(detect.has_link)
+return detect.flag_matcher(detect.has_link, true)
