@@ -52,6 +52,11 @@ local routes = {
     scope = "comments:write", idempotency = "optional", validates_body = true },
   { method = "DELETE", path = "/api/v1/comments/{commentId}", handler = "api/comments_delete",
     scope = "comments:write", idempotency = "optional", validates_body = true },
+  -- Moderation rules (lib/moderation/rules.lua); the contract asks comments:write for reading them too.
+  { method = "GET", path = "/api/v1/moderation/rules", handler = "api/moderation_rules_get", scope = "comments:write" },
+  { method = "PUT", path = "/api/v1/moderation/rules", handler = "api/moderation_rules_put", scope = "comments:write" },
+  { method = "POST", path = "/api/v1/moderation/rules/test", handler = "api/moderation_rules_test",
+    scope = "comments:write", validates_body = true },
 
   -- Meta's webhooks: the handshake answers to the verify token, deliveries
   -- to their signature. Meta sends from few addresses, many at once.

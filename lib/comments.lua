@@ -228,6 +228,8 @@ function M.announce(created, changed)
     end
   end
   events.emit_many(list)
+  -- The company's moderation rules judge each new comment, after its event.
+  require("moderation.rules").act(created)
 end
 
 -- A comment of the caller's company and environment, or nil.

@@ -62,13 +62,14 @@ end
 -- Creates the operation of `action` (reply, hide, unhide, delete) on a
 -- comment row (comments.find) that passed check, its audit row (who asked:
 -- actor, lib/actors.lua) and its job. client: whose operation it is.
--- message: a reply's text. Inside the caller's transaction (or one of its
--- own). Returns the operation id.
-function M.create(client, comment, action, actor, message)
+-- message: a reply's text; trigger: what started it when no client asked
+-- ({type = "rule", ruleId}), shown on the operation. Inside the caller's
+-- transaction (or one of its own). Returns the operation id.
+function M.create(client, comment, action, actor, message, trigger)
   local op_id = operations.new_id()
   actors.columns(actor)
   db.transaction(function()
-    operations.create(client, OPERATION[action], "comment", comment.id, op_id)
+    operations.create(client, OPERATION[action], "comment", comment.id, op_id, { trigger = trigger })
     comment_audit.record(comment.id, OPERATION[action], actor, op_id)
     -- Attempts are counted and capped by the job itself (publishing.retry.*).
     assert(jobs.enqueue("moderate_comment", { operationId = op_id, action = action, message = message,
@@ -91,7 +92,7 @@ end
 -- ---------------------------------------------------------------- the job
 
 local LOAD_SQL = [[
-  SELECT o.id, o.status, o.company_id, o.environment, o.client_id, o.resource_id AS comment_id,
+  SELECT o.id, o.status, o.company_id, o.environment, o.client_id, o.resource_id AS comment_id, o.trigger,
          extract(epoch FROM o.created_at)::float8 AS requested_at,
          c.platform_comment_id, c.parent_platform_comment_id, c.platform_post_id,
          a.id AS account_id, a.platform, a.platform_account_id, a.access_token_enc, a.status AS account_status,

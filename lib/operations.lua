@@ -6,12 +6,15 @@ local M = {}
 
 function M.new_id() return "op_" .. crypto.random_token(24) end
 
--- Inside the caller's transaction.
-function M.create(client, type, resource_type, resource_id, id)
+-- Inside the caller's transaction. opts.trigger: what started it when the
+-- client did not ask ({type = "rule", ruleId}); nil for a client's request.
+function M.create(client, type, resource_type, resource_id, id, opts)
   id = id or M.new_id()
-  assert(db.exec([[INSERT INTO operations (id, company_id, environment, client_id, type, status, resource_type, resource_id)
-      VALUES ($1, $2, $3, $4, $5, 'queued', $6, $7)]],
-    id, client.company_id, client.environment, client.client_id, type, resource_type, resource_id))
+  assert(db.exec([[INSERT INTO operations (id, company_id, environment, client_id, type, status, resource_type, resource_id,
+        trigger)
+      VALUES ($1, $2, $3, $4, $5, 'queued', $6, $7, $8)]],
+    id, client.company_id, client.environment, client.client_id, type, resource_type, resource_id,
+    opts and opts.trigger and json.encode(opts.trigger) or nil))
   return id
 end
 
@@ -24,7 +27,7 @@ function M.finish(id, status, result, err)
       WHERE id = $1]], id, status, result, err))
 end
 
-local COLUMNS = table.concat({ "id", "type", "status", "resource_type", "resource_id", "result", "error",
+local COLUMNS = table.concat({ "id", "type", "status", "resource_type", "resource_id", "result", "error", "trigger",
   sqltime.iso("created_at"), sqltime.iso("updated_at"), sqltime.iso("completed_at") }, ", ")
 
 function M.find(client, id)
@@ -37,7 +40,7 @@ function M.present(row)
   return {
     id = row.id, type = row.type, status = row.status,
     resource = { type = row.resource_type, id = row.resource_id },
-    result = row.result or json.null, error = row.error or json.null,
+    result = row.result or json.null, error = row.error or json.null, trigger = row.trigger or json.null,
     createdAt = row.created_at, updatedAt = row.updated_at, completedAt = row.completed_at or json.null,
   }
 end

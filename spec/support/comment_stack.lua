@@ -122,6 +122,22 @@ local function client(env, key)
     end, timeout or 30, 0.05, "comment " .. platform_comment_id .. " in sgw")
     return found
   end
+  --- A webhook receiver for this client's events (spec/support/receiver.lua).
+  function t.listen()
+    local r = receiver.start()
+    local set = stack.cli(env.sgw, { "client", "set-webhook", "--client", t.client_id, "--url", r.hook })
+    r.config({ secret = set.webhookSecret })
+    --- The events of a type received so far, decoded, oldest first.
+    function r.events(type)
+      local out = {}
+      for _, d in ipairs(r.deliveries()) do
+        local e = cjson.decode(d.body)
+        if d.verified and e and e.type == type then out[#out + 1] = e end
+      end
+      return out
+    end
+    return r
+  end
   function t.get(comment_id)
     local status, c = t.api("GET", "/api/v1/comments/" .. comment_id)
     assert(status == 200, cjson.encode(c))
@@ -188,22 +204,6 @@ function M.live_tenant(env, name, opts)
   function t.publish_image(caption)
     return t.publish(t.ig, { type = "image", message = caption,
       imageUrl = env.fake:instagram_image() })
-  end
-  --- A webhook receiver for this client's events (spec/support/receiver.lua).
-  function t.listen()
-    local r = receiver.start()
-    local set = stack.cli(env.sgw, { "client", "set-webhook", "--client", t.client_id, "--url", r.hook })
-    r.config({ secret = set.webhookSecret })
-    --- The events of a type received so far, decoded, oldest first.
-    function r.events(type)
-      local out = {}
-      for _, d in ipairs(r.deliveries()) do
-        local e = cjson.decode(d.body)
-        if d.verified and e and e.type == type then out[#out + 1] = e end
-      end
-      return out
-    end
-    return r
   end
   --- A comment someone writes on the platform (POST /_fake/comments); the
   --- fake's answer {comment, delivery}.

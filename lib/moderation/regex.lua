@@ -1,0 +1,371 @@
+-- The regular expressions of moderation rules (docs/comments.md, "Regex"):
+-- a small syntax compiled to a position automaton and run as a DFA built
+-- while it reads, so matching takes time linear in the text whatever the
+-- pattern: no backtracking, hence no pattern that takes a gateway down.
+-- Patterns and texts are compared folded (lower case, no Latin diacritics).
+local text_fold = require "text_fold"
+
+local byte = string.byte
+
+local M = {}
+
+M.MAX_LENGTH = 500
+M.MAX_POSITIONS = 64 -- one bit each in a Lua integer
+M.MAX_REPEAT = 100
+local MAX_STATES = 512 -- DFA states kept per pattern before the cache starts again
+
+-- ---------------------------------------------------------------- syntax
+
+local function set_of(from, to, into)
+  into = into or {}
+  for b = from, to do into[b] = true end
+  return into
+end
+local function cls(set) return { "cls", set } end
+local function cat(a, b) return { "cat", a, b } end
+local function alt(a, b) return { "alt", a, b } end
+local function star(x) return { "star", x } end
+local function opt(x) return { "opt", x } end
+local EMPTY = { "empty" }
+
+-- One non-ASCII character of the (folded) text: a lead byte and its continuation bytes.
+local MULTIBYTE = cat(cls(set_of(0xC2, 0xF4)), star(cls(set_of(0x80, 0xBF))))
+local ASCII = set_of(0, 127)
+local DIGIT = set_of(48, 57)
+local WORD = set_of(97, 122, set_of(48, 57, { [95] = true }))
+local SPACE = { [32] = true, [9] = true, [10] = true, [11] = true, [12] = true, [13] = true }
+
+local function complement(set)
+  local out = {}
+  for b = 0, 127 do if not set[b] then out[b] = true end end
+  return out
+end
+-- Any character not in an ASCII set: another ASCII byte or any non-ASCII character.
+local function negated(set) return alt(cls(complement(set)), MULTIBYTE) end
+
+local CLASS_ESCAPES = { d = DIGIT, w = WORD, s = SPACE }
+local CONTROL = { n = 10, t = 9, r = 13, f = 12, v = 11 }
+
+local function fail(pos, message) error({ regex = true, message = message .. " (at character " .. pos .. ")" }, 0) end
+
+local function parse(pattern)
+  local i, n = 1, #pattern
+  local anchored_start, anchored_end = false, false
+  local parse_alt
+
+  local function peek() return pattern:sub(i, i) end
+
+  -- An escape after the backslash at i - 1: a set (and whether it is negated).
+  local function escape()
+    local c = peek()
+    if c == "" then fail(i, "a pattern cannot end with \\") end
+    i = i + 1
+    if CLASS_ESCAPES[c] then return CLASS_ESCAPES[c], false end
+    if CLASS_ESCAPES[c:lower()] then
+      -- \W: any non-word ASCII character (non-ASCII characters count as letters).
+      return CLASS_ESCAPES[c:lower()], c ~= "W"
+    end
+    if CONTROL[c] then return { [CONTROL[c]] = true }, false end
+    if c:match("^[%p ]$") then return { [c:byte()] = true }, false end
+    fail(i - 1, "unknown escape \\" .. c)
+  end
+
+  local function class()
+    local start = i - 1
+    local negate = peek() == "^"
+    if negate then i = i + 1 end
+    local set, first = {}, true
+    while true do
+      local c = peek()
+      if c == "" then fail(start, "unclosed [") end
+      if c == "]" and not first then i = i + 1 break end
+      first = false
+      local lo
+      if c == "\\" then
+        i = i + 1
+        local s, neg = escape()
+        if neg then for b in pairs(complement(s)) do set[b] = true end
+        else for b in pairs(s) do set[b] = true end end
+      elseif c:byte() >= 0x80 then
+        fail(i, "[...] takes ASCII characters only (accents are ignored anyway: write [e] for é)")
+      else
+        lo = c:lower():byte()
+        i = i + 1
+        if peek() == "-" and pattern:sub(i + 1, i + 1) ~= "]" and pattern:sub(i + 1, i + 1) ~= "" then
+          local hi = pattern:sub(i + 1, i + 1)
+          if hi == "\\" or hi:byte() >= 0x80 then fail(i + 1, "a range ends with a plain ASCII character") end
+          if hi:byte() < c:byte() then fail(i, "range " .. c .. "-" .. hi .. " is backwards") end
+          for b = c:byte(), hi:byte() do set[string.char(b):lower():byte()] = true end
+          i = i + 2
+        else
+          set[lo] = true
+        end
+      end
+    end
+    if negate then return negated(set) end
+    return cls(set)
+  end
+
+  -- A literal character at i (ASCII or a whole UTF-8 sequence), folded.
+  local function literal()
+    local len = 1
+    local b = pattern:byte(i)
+    if b >= 0xF0 then len = 4 elseif b >= 0xE0 then len = 3 elseif b >= 0xC0 then len = 2 end
+    local folded = text_fold.fold(pattern:sub(i, i + len - 1))
+    i = i + len
+    local node
+    for k = 1, #folded do
+      local leaf = cls({ [folded:byte(k)] = true })
+      node = node and cat(node, leaf) or leaf
+    end
+    return node
+  end
+
+  local function atom()
+    local c = peek()
+    if c == "(" then
+      local open = i
+      i = i + 1
+      if pattern:sub(i, i + 1) == "?:" then i = i + 2
+      elseif peek() == "?" then fail(i, "only (?:...) groups are supported") end
+      local inner = parse_alt()
+      if peek() ~= ")" then fail(open, "unclosed (") end
+      i = i + 1
+      return inner
+    elseif c == "[" then
+      i = i + 1
+      return class()
+    elseif c == "." then
+      i = i + 1
+      return alt(cls(ASCII), MULTIBYTE)
+    elseif c == "\\" then
+      i = i + 1
+      local set, neg = escape()
+      return neg and negated(set) or cls(set)
+    elseif c == "^" then
+      if i ~= 1 then fail(i, "^ is allowed only at the start of the pattern") end
+      i = i + 1
+      anchored_start = true
+      return EMPTY
+    elseif c == "$" then
+      if i ~= n then fail(i, "$ is allowed only at the end of the pattern") end
+      i = i + 1
+      anchored_end = true
+      return EMPTY
+    elseif c:match("^[*+?{]$") then
+      fail(i, "nothing to repeat before " .. c)
+    end
+    return literal()
+  end
+
+  local function bounds()
+    local open = i
+    local lo, comma, hi, close = pattern:match("^{(%d*)(,?)(%d*)()}", i)
+    if not lo or lo == "" then fail(open, "{ starts a repetition {n}, {n,} or {n,m}") end
+    lo = tonumber(lo)
+    hi = comma == "" and lo or (hi ~= "" and tonumber(hi) or nil)
+    if lo > M.MAX_REPEAT or (hi and hi > M.MAX_REPEAT) then fail(open, "repetitions go up to " .. M.MAX_REPEAT) end
+    if hi and hi < lo then fail(open, "{n,m} needs n <= m") end
+    i = close + 1
+    return lo, hi
+  end
+
+  local function repeated()
+    local node = atom()
+    local q = peek()
+    if q == "*" then i = i + 1 node = star(node)
+    elseif q == "+" then i = i + 1 node = cat(node, star(node))
+    elseif q == "?" then i = i + 1 node = opt(node)
+    elseif q == "{" then
+      local lo, hi = bounds()
+      local out = EMPTY
+      for _ = 1, lo do out = cat(out, node) end
+      if hi then
+        for _ = lo + 1, hi do out = cat(out, opt(node)) end
+      else
+        out = cat(out, star(node))
+      end
+      node = out
+    end
+    if peek():match("^[*+?{]$") and peek() ~= "" then fail(i, "a repetition cannot repeat again") end
+    return node
+  end
+
+  local function parse_cat()
+    local node = EMPTY
+    while i <= n and peek() ~= "|" and peek() ~= ")" do node = cat(node, repeated()) end
+    return node
+  end
+
+  function parse_alt()
+    local node = parse_cat()
+    while peek() == "|" do
+      i = i + 1
+      node = alt(node, parse_cat())
+    end
+    return node
+  end
+
+  local tree = parse_alt()
+  if i <= n then fail(i, "unmatched )") end
+  return tree, anchored_start, anchored_end
+end
+
+-- ---------------------------------------------------------------- automaton
+
+-- Glushkov's construction: one position per character class of the tree;
+-- first/last: the positions a match can start/end at; follow[p]: those that
+-- can come after p. Sets of positions are bits of an integer.
+local function automaton(tree)
+  local classes, follow = {}, {}
+  local function bits(mask, fn)
+    for p = 0, #classes - 1 do
+      if mask & (1 << p) ~= 0 then fn(p) end
+    end
+  end
+  local function walk(node)
+    local kind = node[1]
+    if kind == "cls" then
+      if #classes >= M.MAX_POSITIONS then
+        error({ regex = true, message = "too costly: more than " .. M.MAX_POSITIONS
+          .. " character positions (repetitions {n,m} count each copy)" }, 0)
+      end
+      local p = #classes
+      classes[p + 1], follow[p] = node[2], 0
+      return false, 1 << p, 1 << p
+    elseif kind == "empty" then
+      return true, 0, 0
+    elseif kind == "cat" then
+      local an, af, al = walk(node[2])
+      local bn, bf, bl = walk(node[3])
+      bits(al, function(p) follow[p] = follow[p] | bf end)
+      return an and bn, an and (af | bf) or af, bn and (al | bl) or bl
+    elseif kind == "alt" then
+      local an, af, al = walk(node[2])
+      local bn, bf, bl = walk(node[3])
+      return an or bn, af | bf, al | bl
+    elseif kind == "star" then
+      local _, f, l = walk(node[2])
+      bits(l, function(p) follow[p] = follow[p] | f end)
+      return true, f, l
+    else -- opt
+      local _, f, l = walk(node[2])
+      return true, f, l
+    end
+  end
+  local nullable, first, last = walk(tree)
+  -- byte -> the positions whose class holds it
+  local by_byte = {}
+  for b = 0, 255 do
+    local mask = 0
+    for p, set in ipairs(classes) do
+      if set[b] then mask = mask | (1 << (p - 1)) end
+    end
+    by_byte[b] = mask
+  end
+  return { nullable = nullable, first = first, last = last, follow = follow, by_byte = by_byte,
+    positions = #classes, bits = bits }
+end
+
+-- A Lua pattern class of the bytes in mask's positions.
+local function class_of(a, mask)
+  local out = {}
+  for b = 0, 255 do
+    if a.by_byte[b] & mask ~= 0 then
+      local c = string.char(b)
+      out[#out + 1] = c:match("%w") and c or "%" .. c
+    end
+  end
+  return "[" .. table.concat(out) .. "]"
+end
+
+-- A Lua pattern of the first two bytes a match can start with (the first
+-- byte alone when a match can be one byte long), to skip to the next
+-- candidate with one C-speed find.
+local function start_pattern(a)
+  if a.first & a.last ~= 0 then return class_of(a, a.first) end
+  local second = 0
+  a.bits(a.first, function(p) second = second | a.follow[p] end)
+  return class_of(a, a.first) .. class_of(a, second)
+end
+
+-- ---------------------------------------------------------------- API
+
+-- compile(pattern) -> match(folded_text) -> bool, or nil and a message.
+function M.compile(pattern)
+  if type(pattern) ~= "string" or pattern == "" then return nil, "must be a non-empty string" end
+  local length = utf8.len(pattern)
+  if not length then return nil, "must be valid UTF-8" end
+  if length > M.MAX_LENGTH then return nil, "must be at most " .. M.MAX_LENGTH .. " characters" end
+  local ok, tree, anchored_start, anchored_end = pcall(parse, pattern)
+  local a
+  if ok then ok, a = pcall(automaton, tree) else a = tree end
+  if not ok then
+    if type(a) == "table" and a.regex then return nil, a.message end
+    error(a, 0)
+  end
+  if a.nullable then return nil, "matches the empty text, hence every comment" end
+  local follow, by_byte, first, last = a.follow, a.by_byte, a.first, a.last
+  local candidates = start_pattern(a)
+
+  local trans, states = {}, 0
+  -- The positions reached from state d (the positions just matched; -1:
+  -- the start of an anchored pattern) by byte b.
+  local function step(d, b)
+    local reach = 0
+    if d == -1 then
+      reach = first
+    else
+      a.bits(d, function(p) reach = reach | follow[p] end)
+      if not anchored_start then reach = reach | first end
+    end
+    return reach & by_byte[b]
+  end
+
+  return function(text)
+    local d, i, n = anchored_start and -1 or 0, 1, #text
+    while i <= n do
+      if d == 0 then
+        if anchored_start then return false end
+        i = text:find(candidates, i)
+        if not i then return false end
+      end
+      local row = trans[d]
+      if not row then
+        if states >= MAX_STATES then trans, states = {}, 0 end
+        row = {}
+        trans[d], states = row, states + 1
+      end
+      local b = byte(text, i)
+      local nd = row[b]
+      if not nd then
+        nd = step(d, b)
+        row[b] = nd
+      end
+      d = nd
+      if not anchored_end and d & last ~= 0 then return true end
+      i = i + 1
+    end
+    return anchored_end and d ~= -1 and d & last ~= 0
+  end
+end
+
+-- The cost check of a saved pattern: its matcher over texts built from its
+-- own characters, the longest a comment can be, must finish within budget.
+M.CHECK_TEXT_BYTES = 8000
+M.CHECK_BUDGET_SECONDS = 0.05
+
+function M.too_costly(pattern, match)
+  local chars = {}
+  for _, c in utf8.codes(pattern) do chars[#chars + 1] = text_fold.fold(utf8.char(c)) end
+  local texts = { table.concat(chars):rep(M.CHECK_TEXT_BYTES // math.max(#pattern, 1) + 1) }
+  for k = 1, math.min(#chars, 8) do texts[#texts + 1] = chars[k]:rep(M.CHECK_TEXT_BYTES // #chars[k]) end
+  local started = os.clock()
+  for _, t in ipairs(texts) do
+    match(t:sub(1, M.CHECK_TEXT_BYTES))
+    if os.clock() - started > M.CHECK_BUDGET_SECONDS then return true end
+  end
+  return false
+end
+
+return M

@@ -1,0 +1,303 @@
+-- Moderation rules (docs/comments.md, "Rules"): a company's ordered list per
+-- environment, checked, stored, compiled once per saved version, and run on
+-- each new comment someone else wrote. The first enabled rule in scope whose
+-- every match key holds acts: hide or delete as an ordinary moderation
+-- operation, or flag (an event, no platform call).
+local json = require "json"
+local text_fold = require "text_fold"
+local events = require "events"
+local comments = require "comments"
+local moderation = require "moderation"
+
+local M = {}
+
+M.MAX_RULES = 200
+M.ACTIONS = { hide = true, delete = true, flag = true }
+M.PLATFORMS = { facebook = true, instagram = true }
+local RULE_FIELDS = { id = true, name = true, enabled = true, match = true, scope = true, action = true }
+local SCOPE_FIELDS = { socialAccountIds = true, platforms = true }
+
+-- ---------------------------------------------------------------- matchers
+
+-- A match key names a file of lib/moderation/matchers/ with validate(value)
+-- -> nil | message[, pointer below the key] and compile(value) -> function(comment) -> bool.
+-- nil when there is no such file.
+function M.matcher(key)
+  if type(key) ~= "string" or not key:match("^%a%w*$") or #key > 40 then return nil end
+  local name = "moderation.matchers." .. key
+  local ok, m = pcall(require, name)
+  if ok then return m end
+  if tostring(m):find("module '" .. name .. "' not found", 1, true) then return nil end
+  error(m, 0)
+end
+
+-- ---------------------------------------------------------------- checking
+
+local function is_array(v)
+  return type(v) == "table" and (next(v) == nil or json.is_array(v))
+end
+
+local function is_object(v)
+  return type(v) == "table" and (next(v) == nil or not json.is_array(v))
+end
+
+local function sorted_keys(t)
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = tostring(k) end
+  table.sort(keys)
+  return keys
+end
+
+local function pointer_part(key)
+  return (tostring(key):gsub("~", "~0"):gsub("/", "~1"))
+end
+
+-- A list of strings (each passing ok), or nil; errors at `at`.
+local function check_list(value, at, add, ok, what)
+  if value == nil or value == json.null then return end
+  if not is_array(value) or #value == 0 then
+    return add(at, "invalid_value", "Must be a non-empty array of " .. what .. ", or null for all.")
+  end
+  for j, v in ipairs(value) do
+    if not ok(v) then add(at .. "/" .. (j - 1), "invalid_value", "Must be one of " .. what .. ".") end
+  end
+end
+
+local function check_scope(scope, at, add)
+  if scope == nil or scope == json.null then return end
+  if not is_object(scope) then return add(at, "invalid_value", "scope must be an object or null.") end
+  for _, k in ipairs(sorted_keys(scope)) do
+    if not SCOPE_FIELDS[k] then add(at .. "/" .. pointer_part(k), "unknown_field", "Unknown field " .. k .. ".") end
+  end
+  check_list(scope.socialAccountIds, at .. "/socialAccountIds", add,
+    function(v) return type(v) == "string" and v ~= "" and #v <= 64 end, "social account ids")
+  check_list(scope.platforms, at .. "/platforms", add,
+    function(v) return M.PLATFORMS[v] == true end, "facebook, instagram")
+end
+
+local function check_match(match, at, add)
+  if not is_object(match) or next(match) == nil then
+    return add(at, match == nil and "required" or "invalid_value",
+      "match is an object of one or more kinds (keywords, regex, links, emails, phones, authors, minLength, maxLength).")
+  end
+  for _, key in ipairs(sorted_keys(match)) do
+    local here = at .. "/" .. pointer_part(key)
+    local m = M.matcher(key)
+    if not m then
+      add(here, "unknown_field", "Unknown match kind " .. key .. ".")
+    else
+      local message, below = m.validate(match[key])
+      if message then add(here .. (below or ""), "invalid_value", key .. ": " .. message .. ".") end
+    end
+  end
+end
+
+local function check_rule(rule, at, add, ids)
+  if not is_object(rule) then return add(at, "invalid_value", "A rule is an object.") end
+  for _, k in ipairs(sorted_keys(rule)) do
+    if not RULE_FIELDS[k] then add(at .. "/" .. pointer_part(k), "unknown_field", "Unknown field " .. k .. ".") end
+  end
+  local id = rule.id
+  if id ~= nil then
+    local n = type(id) == "string" and utf8.len(id)
+    if not n or n < 1 or n > 64 or id:find("%c") then
+      add(at .. "/id", "invalid_value", "id is a string of 1 to 64 characters, no control characters.")
+    elseif ids[id] then
+      add(at .. "/id", "duplicate_id", "id " .. id .. " is also the id of rule " .. ids[id] .. ".")
+    else
+      ids[id] = at
+    end
+  end
+  local name = rule.name
+  if name ~= nil and name ~= json.null then
+    local n = type(name) == "string" and utf8.len(name)
+    if not n then add(at .. "/name", "invalid_value", "name is a string or null.")
+    elseif n > 200 then add(at .. "/name", "too_long", "name must be at most 200 characters.") end
+  end
+  if rule.enabled ~= nil and type(rule.enabled) ~= "boolean" then
+    add(at .. "/enabled", "invalid_value", "enabled is true or false.")
+  end
+  if rule.action == nil then
+    add(at .. "/action", "required", "action is required: hide, delete or flag.")
+  elseif not M.ACTIONS[rule.action] then
+    add(at .. "/action", "invalid_value", "action must be one of delete, flag, hide.")
+  end
+  check_match(rule.match, at .. "/match", add)
+  check_scope(rule.scope, at .. "/scope", add)
+end
+
+-- The body of a PUT: the rules as stored (every field filled in, ids made
+-- for rules without one), or nil and every problem (errors[] entries).
+function M.check(body)
+  local errors = {}
+  local function add(field, code, message)
+    errors[#errors + 1] = { field = field, code = code, message = message }
+  end
+  if not is_object(body) then
+    return nil, { { field = "", code = "invalid_value", message = "The body must be a JSON object." } }
+  end
+  for _, k in ipairs(sorted_keys(body)) do
+    if k ~= "rules" then add("/" .. pointer_part(k), "unknown_field", "Unknown field " .. k .. ".") end
+  end
+  local rules = body.rules
+  if rules == nil then
+    add("/rules", "required", "rules is required (an empty array removes every rule).")
+  elseif not is_array(rules) then
+    add("/rules", "invalid_value", "rules is an array.")
+  elseif #rules > M.MAX_RULES then
+    add("/rules", "too_many", "At most " .. M.MAX_RULES .. " rules.")
+  else
+    local ids = {}
+    for i, rule in ipairs(rules) do check_rule(rule, "/rules/" .. (i - 1), add, ids) end
+  end
+  if #errors > 0 then return nil, errors end
+  local out = {}
+  for i, r in ipairs(rules) do
+    local scope = json.null
+    if r.scope ~= nil and r.scope ~= json.null then
+      scope = { socialAccountIds = r.scope.socialAccountIds or json.null, platforms = r.scope.platforms or json.null }
+    end
+    out[i] = { id = r.id or ("rule_" .. crypto.random_token(16)), name = r.name or json.null,
+      enabled = r.enabled ~= false, match = r.match, scope = scope, action = r.action }
+  end
+  return out
+end
+
+-- ---------------------------------------------------------------- storage
+
+-- The saved rules of a company and environment ({} when none), and their version (0).
+function M.load(company_id, environment)
+  local row = assert(db.query([[SELECT version, rules FROM moderation_rule_sets
+      WHERE company_id = $1 AND environment = $2]], company_id, environment))[1]
+  if not row then return {}, 0 end
+  return row.rules, row.version
+end
+
+-- Replaces them; a new version, so every instance compiles them again.
+function M.save(company_id, environment, rules)
+  assert(db.exec([[INSERT INTO moderation_rule_sets (company_id, environment, version, rules)
+      VALUES ($1, $2, 1, $3)
+      ON CONFLICT (company_id, environment) DO UPDATE
+        SET version = moderation_rule_sets.version + 1, rules = excluded.rules, updated_at = now()]],
+    company_id, environment, json.encode(json.array(rules))))
+end
+
+-- The rules as the API shows them.
+function M.present(rules)
+  local out = {}
+  for i, r in ipairs(rules) do
+    local scope = r.scope
+    if scope ~= json.null then
+      scope = { socialAccountIds = scope.socialAccountIds, platforms = scope.platforms }
+    end
+    out[i] = { id = r.id, name = r.name, enabled = r.enabled, match = r.match, scope = scope, action = r.action }
+  end
+  return { rules = json.array(out) }
+end
+
+-- ---------------------------------------------------------------- running
+
+-- A rule ready to run: the stored rule, its scope as sets, its match as functions.
+local function as_set(list)
+  if list == nil or list == json.null then return nil end
+  local set = {}
+  for _, v in ipairs(list) do set[v] = true end
+  return set
+end
+
+function M.compile(rules)
+  local out = {}
+  for _, r in ipairs(rules) do
+    if r.enabled then
+      local tests = {}
+      for _, key in ipairs(sorted_keys(r.match)) do
+        tests[#tests + 1] = assert(M.matcher(key), "no matcher for " .. key).compile(r.match[key])
+      end
+      local scope = r.scope ~= json.null and r.scope or {}
+      out[#out + 1] = { rule = r, tests = tests, accounts = as_set(scope.socialAccountIds),
+        platforms = as_set(scope.platforms) }
+    end
+  end
+  return out
+end
+
+-- What matchers see of a comment: text, author_id, platform,
+-- social_account_id, and derived forms made on first use, once: folded,
+-- spaced (text_fold.spaced of folded), length (in characters).
+local DERIVED = {
+  folded = function(c) return text_fold.fold(c.text) end,
+  spaced = function(c) return text_fold.spaced(c.folded) end,
+  length = function(c) return utf8.len(c.text) or #c.text end,
+}
+local SUBJECT = { __index = function(c, k)
+  local make = DERIVED[k]
+  if not make then return nil end
+  local v = make(c)
+  rawset(c, k, v)
+  return v
+end }
+
+function M.subject(text, author_id, platform, social_account_id)
+  return setmetatable({ text = text or "", author_id = author_id, platform = platform,
+    social_account_id = social_account_id }, SUBJECT)
+end
+
+-- The first compiled rule that acts on the subject, or nil.
+function M.first_match(compiled, subject)
+  for _, c in ipairs(compiled) do
+    if (not c.accounts or c.accounts[subject.social_account_id])
+        and (not c.platforms or c.platforms[subject.platform]) then
+      local all = true
+      for _, test in ipairs(c.tests) do
+        if not test(subject) then all = false break end
+      end
+      if all then return c.rule end
+    end
+  end
+end
+
+-- Compiled rules per company and environment, with the version they come
+-- from. Each use asks the database for the version only (the rules come
+-- along when it moved), so a PUT on any instance is seen by all at once.
+local cache = {}
+
+function M.compiled(company_id, environment)
+  local key = company_id .. "\0" .. environment
+  local hit = cache[key]
+  local row = assert(db.query([[SELECT version, CASE WHEN version IS DISTINCT FROM $3 THEN rules END AS rules
+      FROM moderation_rule_sets WHERE company_id = $1 AND environment = $2]],
+    company_id, environment, hit and hit.version or -1))[1]
+  if not row then
+    cache[key] = nil
+    return {}
+  end
+  if hit and hit.version == row.version then return hit.compiled end
+  hit = { version = row.version, compiled = M.compile(row.rules) }
+  cache[key] = hit
+  return hit.compiled
+end
+
+-- Runs the rules on comments just stored (rows of comments.apply, inside its
+-- transaction): new ones someone else wrote, not deleted. hide and delete
+-- become a moderation operation of the post's client in this transaction
+-- (its job runs after the commit, so a crash loses nothing); flag emits
+-- social.comment.flagged. Edits of known comments are never judged again.
+function M.act(created)
+  for _, r in ipairs(created) do
+    if not r.is_from_account and not r.is_deleted then
+      local rule = M.first_match(M.compiled(r.company_id, r.environment),
+        M.subject(r.text, r.author_platform_id, r.platform, r.social_account_id))
+      if rule then
+        local client = { company_id = r.company_id, environment = r.environment, client_id = r.client_id }
+        if rule.action == "flag" then
+          events.emit(client, "social.comment.flagged", { comment = comments.present(r), ruleId = rule.id })
+        else
+          moderation.create(client, r, rule.action, { type = "rule", id = rule.id }, nil,
+            { type = "rule", ruleId = rule.id })
+        end
+      end
+    end
+  end
+end
+
+return M
