@@ -39,6 +39,9 @@ local routes = {
   { method = "GET", path = "/media/{file}", handler = "media/get", auth = false, rate_limit = "media.rate_limit_per_minute" },
 
   { method = "GET", path = "/api/v1/posts/{postId}/comments", handler = "api/comments_list", scope = "comments:read" },
+  -- Before the /comments/{commentId} routes, which would take "bulk" for an id.
+  { method = "POST", path = "/api/v1/comments/bulk", handler = "api/comments_bulk",
+    scope = "comments:write", idempotency = "optional", validates_body = true },
   { method = "GET", path = "/api/v1/comments/{commentId}", handler = "api/comments_get", scope = "comments:read" },
   { method = "POST", path = "/api/v1/comments/{commentId}/replies", handler = "api/comments_reply",
     scope = "comments:write", idempotency = "optional", validates_body = true },

@@ -56,19 +56,26 @@ local function check(comment, action, body)
   end
 end
 
+-- The operation and job of one action on a comment already checked (also
+-- each item of a bulk action, lib/comment_bulk.lua); returns the operation id.
+function M.start(client, comment_id, action, message)
+  local op_id = operations.new_id()
+  db.transaction(function()
+    operations.create(client, OPERATION[action], "comment", comment_id, op_id)
+    -- Attempts are counted and capped by the job itself (publishing.retry.*).
+    assert(jobs.enqueue("moderate_comment", { operationId = op_id, action = action, message = message },
+      { max_attempts = 1000 }))
+  end)
+  return op_id
+end
+
 -- The handler of POST .../replies, .../hide, .../unhide and DELETE: returns
 -- the 202 answer.
 function M.request(req, ctx, action)
   local comment = comments.find(ctx.client, req.params.commentId)
   if not comment then problem.raise(404, "not_found", "No comment with this id.") end
   check(comment, action, req.json)
-  local op_id = operations.new_id()
-  db.transaction(function()
-    operations.create(ctx.client, OPERATION[action], "comment", comment.id, op_id)
-    -- Attempts are counted and capped by the job itself (publishing.retry.*).
-    assert(jobs.enqueue("moderate_comment", { operationId = op_id, action = action,
-      message = action == "reply" and req.json.message or nil }, { max_attempts = 1000 }))
-  end)
+  local op_id = M.start(ctx.client, comment.id, action, action == "reply" and req.json.message or nil)
   return 202, { requestId = req.id, operationId = op_id, status = "queued", resource = { commentId = comment.id } }
 end
 
@@ -149,6 +156,12 @@ local function reply_observation(row, payload, outcome)
     is_from_account = true, is_hidden = false, like_count = 0, created_at = now, version = now, rank = RANK.add }
 end
 
+-- Inside the transaction that finished an operation: a bulk action it is an
+-- item of follows it. (Required here: lib/comment_bulk.lua requires this file.)
+local function finished(row)
+  require("comment_bulk").item_finished(row.id)
+end
+
 local function client_of(row)
   return { company_id = row.company_id, environment = row.environment, client_id = row.client_id }
 end
@@ -163,7 +176,7 @@ local function succeed(row, payload, outcome)
     if payload.action ~= "reply" then
       comments.apply({ observation(row, payload.action) })
       operations.finish(row.id, "succeeded", { commentId = row.comment_id })
-      return
+      return finished(row)
     end
     comments.apply({ reply_observation(row, payload, outcome) })
     -- The row may be older than this apply: Meta's webhook for the Page's own reply can be quicker.
@@ -182,6 +195,7 @@ local function fail(row, e)
     if FINAL[op.status] then return end
     operations.finish(row.id, "failed", nil, { code = e.code, message = e.message, platformCode = e.platform_code or json.null,
       platform = graph_errors.public_detail(e) })
+    finished(row)
     if token_health.applies(e) then token_health.mark(row.account_id, e) end
   end)
 end
