@@ -116,7 +116,7 @@ local function settle(id, action)
     operations.progress(id, result)
     if counts.succeeded + counts.failed > 0 then operations.set_running(id) end
   elseif counts.failed > 0 then
-    operations.finish(id, "failed", result, { code = "items_failed", platformCode = json.null,
+    operations.finish(id, "failed", result, { code = "items_failed", platformCode = json.null, platform = json.null,
       message = counts.failed .. " of " .. #items .. " comments could not be " .. VERB[action]
         .. "; result.items tells which and why." })
   else
