@@ -147,10 +147,11 @@ function M.request(req, ctx)
   local client, action, ids = ctx.client, body.action, body.commentIds
   local found = load(client, action, ids)
   local op_id = operations.new_id()
+  local actor = { type = "client", id = client.client_id }
   db.transaction(function()
     operations.create(client, "comment.bulk", "comment_bulk", op_id, op_id)
     for i, id in ipairs(ids) do
-      local item_op = not found[id].is_deleted and moderation.start(client, id, action) or nil
+      local item_op = not found[id].is_deleted and moderation.start(client, id, action, nil, actor) or nil
       assert(db.exec([[INSERT INTO comment_bulk_items (operation_id, position, comment_id, item_operation_id, error)
           VALUES ($1, $2, $3, $4, $5)]], op_id, i, id, item_op, not item_op and SKIPPED or nil))
     end

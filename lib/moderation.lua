@@ -58,7 +58,8 @@ end
 
 -- The operation and job of one action on a comment already checked (also
 -- each item of a bulk action, lib/comment_bulk.lua); returns the operation id.
-function M.start(client, comment_id, action, message)
+-- actor: who asked, {type = "client", id = <client id>}, for the comment's history.
+function M.start(client, comment_id, action, message, actor)
   local op_id = operations.new_id()
   db.transaction(function()
     operations.create(client, OPERATION[action], "comment", comment_id, op_id)
@@ -75,7 +76,8 @@ function M.request(req, ctx, action)
   local comment = comments.find(ctx.client, req.params.commentId)
   if not comment then problem.raise(404, "not_found", "No comment with this id.") end
   check(comment, action, req.json)
-  local op_id = M.start(ctx.client, comment.id, action, action == "reply" and req.json.message or nil)
+  local op_id = M.start(ctx.client, comment.id, action, action == "reply" and req.json.message or nil,
+    { type = "client", id = ctx.client.client_id })
   return 202, { requestId = req.id, operationId = op_id, status = "queued", resource = { commentId = comment.id } }
 end
 
