@@ -94,6 +94,20 @@ describe("bulk comment actions", function()
     assert.are.equal(1, #fake.requests({ method = "POST", path = "/" .. fa.id }))
   end)
 
+  it("emits for each comment what the single action emits", function()
+    local single, bulked = fb_comment("Hide me alone"), fb_comment("Hide me in bulk")
+    local _, one = t.api("POST", "/api/v1/comments/" .. single.id .. "/hide")
+    local _, many = bulk("hide", { bulked.id })
+    assert.are.equal("succeeded", t.wait(one.operationId).status)
+    assert.are.equal("succeeded", t.wait(many.operationId).status)
+    env.deliveries_processed()
+    local function kinds(id)
+      return env.sql("SELECT string_agg(type, ',' ORDER BY type) FROM events WHERE data->'comment'->>'id' = '" .. id
+        .. "' OR data->>'commentId' = '" .. id .. "'")
+    end
+    assert.are.equal(kinds(single.id), kinds(bulked.id))
+  end)
+
   it("skips a comment deleted already, and unhides the others", function()
     local a, fa = fb_comment("Hidden, then shown")
     local gone = fb_comment("Gone already")
