@@ -42,6 +42,8 @@ local routes = {
   -- Literal segments win over {commentId} (host/router.c), whatever the order.
   { method = "GET", path = "/api/v1/comments", handler = "api/comments_inbox", scope = "comments:read" },
   { method = "GET", path = "/api/v1/comments/changes", handler = "api/comments_changes", scope = "comments:read" },
+  { method = "POST", path = "/api/v1/comments/bulk", handler = "api/comments_bulk",
+    scope = "comments:write", idempotency = "optional", validates_body = true },
   { method = "GET", path = "/api/v1/comments/{commentId}", handler = "api/comments_get", scope = "comments:read" },
   { method = "GET", path = "/api/v1/comments/{commentId}/history", handler = "api/comments_history", scope = "comments:read" },
   { method = "POST", path = "/api/v1/comments/{commentId}/replies", handler = "api/comments_reply",
@@ -102,6 +104,9 @@ for _, r in ipairs {
   { "GET", "/workspace/facebook/connect", "workspace/facebook_connect" },
   { "GET", "/workspace/facebook/callback", "workspace/facebook_callback" },
   { "POST", "/workspace/facebook/pick", "workspace/facebook_pick" },
+  { "GET", "/workspace/posts", "workspace/posts" },
+  { "POST", "/workspace/posts/{postId}/retry", "workspace/post_retry" },
+  { "GET", "/workspace/posts/{postId}/row", "workspace/post_row" },
   { "GET", "/workspace/clients", "workspace/clients" },
   { "POST", "/workspace/clients", "workspace/clients" },
   { "GET", "/workspace/clients/new", "workspace/client_new" },

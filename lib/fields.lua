@@ -48,8 +48,9 @@ function M.company_fields(value, at, add)
   return true
 end
 
--- spec: { name = { type = "string"|"integer"|"boolean", required = bool,
---                  enum = {...}, min = n, max = n } }   (min/max: length or value)
+-- spec: { name = { type = "string"|"integer"|"boolean"|"array", required = bool,
+--                  enum = {...}, min = n, max = n } }   (min/max: length, items or value;
+--                  an array's items are the caller's to check)
 function M.check(body, spec)
   local errors = {}
   local function add(field, code, message)
@@ -71,6 +72,12 @@ function M.check(body, spec)
       if rule.required then add(name, "required", name .. " is required.") end
     elseif rule.type == "integer" and math.type(v) ~= "integer" and not (type(v) == "number" and v % 1 == 0) then
       add(name, "invalid_value", name .. " must be a whole number.")
+    elseif rule.type == "array" then
+      if not json.is_array(v) then
+        add(name, "invalid_value", name .. " must be an array.")
+      elseif (rule.min and #v < rule.min) or (rule.max and #v > rule.max) then
+        add(name, "invalid_value", name .. " must hold " .. rule.min .. " to " .. rule.max .. " items.")
+      end
     elseif rule.type ~= "integer" and type(v) ~= rule.type then
       add(name, "invalid_value", name .. " must be a " .. rule.type .. ".")
     elseif rule.enum and not rule.enum[v] then

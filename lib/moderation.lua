@@ -60,7 +60,8 @@ local function check(comment, action, body)
 end
 
 -- Creates the operation of `action` (reply, hide, unhide, delete) on a
--- comment row (comments.find) that passed check, its audit row (who asked:
+-- comment row (comments.find) that passed check (also each item of a bulk
+-- action, lib/comment_bulk.lua), its audit row (who asked:
 -- actor, lib/actors.lua) and its job. client: whose operation it is.
 -- message: a reply's text; trigger: what started it when no client asked
 -- ({type = "rule", ruleId}), shown on the operation. Inside the caller's
@@ -166,6 +167,12 @@ local function reply_observation(row, payload, outcome)
     is_from_account = true, is_hidden = false, like_count = 0, created_at = now, version = now, rank = RANK.add }
 end
 
+-- Inside the transaction that finished an operation: a bulk action it is an
+-- item of follows it. (Required here: lib/comment_bulk.lua requires this file.)
+local function finished(row)
+  require("comment_bulk").item_finished(row.id)
+end
+
 local function client_of(row)
   return { company_id = row.company_id, environment = row.environment, client_id = row.client_id }
 end
@@ -184,7 +191,7 @@ local function succeed(row, payload, outcome)
     if payload.action ~= "reply" then
       comments.apply({ observation(row, payload.action) }, { actor = actor, data = data })
       operations.finish(row.id, "succeeded", { commentId = row.comment_id })
-      return
+      return finished(row)
     end
     comments.apply({ reply_observation(row, payload, outcome) }, { actor = actor, data = data, created = false })
     -- The row may be older than this apply: Meta's webhook for the Page's own reply can be quicker.
@@ -204,6 +211,7 @@ local function fail(row, e)
     if FINAL[op.status] then return end
     operations.finish(row.id, "failed", nil, { code = e.code, message = e.message, platformCode = e.platform_code or json.null,
       platform = graph_errors.public_detail(e) })
+    finished(row)
     if token_health.applies(e) then token_health.mark(row.account_id, e) end
   end)
 end

@@ -22,6 +22,11 @@ function M.set_running(id)
   assert(db.exec("UPDATE operations SET status = 'running', updated_at = now() WHERE id = $1 AND status = 'queued'", id))
 end
 
+-- The result so far of an operation that is not over (a bulk action's items).
+function M.progress(id, result)
+  assert(db.exec("UPDATE operations SET result = $2, updated_at = now() WHERE id = $1", id, result))
+end
+
 function M.finish(id, status, result, err)
   assert(db.exec([[UPDATE operations SET status = $2, result = $3, error = $4, updated_at = now(), completed_at = now()
       WHERE id = $1]], id, status, result, err))

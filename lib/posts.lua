@@ -115,6 +115,33 @@ function M.retry(client, post)
   return op_id
 end
 
+-- POST /posts/{id}/retry for the API and the workspace alike: the new
+-- operation's id, or nil and "not_found" / "nothing_to_retry".
+function M.retry_by_id(client, id)
+  local op_id, err
+  db.transaction(function()
+    local post = M.find(client, id, true)
+    if not post then err = "not_found" return end
+    op_id = M.retry(client, post)
+    if not op_id then err = "nothing_to_retry" end
+  end)
+  return op_id, err
+end
+
+-- One page of the company's posts of one environment, newest first: their
+-- ids after the position `after` ({t, id} from a cursor, or nil), and the
+-- position after the last one when more follow.
+function M.page(client, status, after, limit)
+  local rows = assert(db.query("SELECT id, " .. sqltime.exact("created_at", "position_t") .. [[ FROM posts
+      WHERE company_id = $1 AND environment = $2 AND ($3::text IS NULL OR status = $3)
+        AND ($4::timestamptz IS NULL OR (created_at, id) < ($4::timestamptz, $5))
+      ORDER BY created_at DESC, id DESC LIMIT $6]],
+    client.company_id, client.environment, status, after and after.t, after and after.id, limit + 1))
+  local ids = {}
+  for i = 1, math.min(#rows, limit) do ids[i] = rows[i].id end
+  return ids, #rows > limit and { t = rows[limit].position_t, id = rows[limit].id } or nil
+end
+
 -- The operation result and the event data of a post in a final status.
 function M.result(post_id, status, targets)
   local list = {}

@@ -3,7 +3,6 @@ local problem = require "problem"
 local posts = require "posts"
 local cursor = require "cursor"
 local json = require "json"
-local sqltime = require "sqltime"
 
 local STATUSES = { scheduled = true, queued = true, publishing = true, published = true,
   partially_published = true, failed = true, cancelled = true }
@@ -20,16 +19,10 @@ return function(req, ctx)
     after = cursor.decode(q.cursor, { t = "time", id = "id" })
     if not after then problem.raise(400, "invalid_cursor", "The cursor is not one this API gave out.") end
   end
-  local rows = assert(db.query("SELECT id, " .. sqltime.exact("created_at", "position_t") .. [[ FROM posts
-      WHERE company_id = $1 AND environment = $2 AND ($3::text IS NULL OR status = $3)
-        AND ($4::timestamptz IS NULL OR (created_at, id) < ($4::timestamptz, $5))
-      ORDER BY created_at DESC, id DESC LIMIT $6]],
-    ctx.client.company_id, ctx.client.environment, q.status, after and after.t, after and after.id, limit + 1))
+  local ids, next_position = posts.page(ctx.client, q.status, after, limit)
   local data = {}
-  for i = 1, math.min(#rows, limit) do
-    data[i] = posts.present(posts.find(ctx.client, rows[i].id))
+  for i, id in ipairs(ids) do
+    data[i] = posts.present(posts.find(ctx.client, id))
   end
-  local next_cursor = json.null
-  if #rows > limit then next_cursor = cursor.encode({ t = rows[limit].position_t, id = rows[limit].id }) end
-  return 200, { data = json.array(data), nextCursor = next_cursor }
+  return 200, { data = json.array(data), nextCursor = next_position and cursor.encode(next_position) or json.null }
 end

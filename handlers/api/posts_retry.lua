@@ -3,13 +3,9 @@ local problem = require "problem"
 local posts = require "posts"
 
 return function(req, ctx)
-  local op_id
-  db.transaction(function()
-    local post = posts.find(ctx.client, req.params.postId, true)
-    if not post then problem.raise(404, "not_found", "No post with this id.") end
-    op_id = posts.retry(ctx.client, post)
-  end)
-  if not op_id then
+  local op_id, err = posts.retry_by_id(ctx.client, req.params.postId)
+  if err == "not_found" then problem.raise(404, "not_found", "No post with this id.") end
+  if err then
     problem.raise(409, "nothing_to_retry", "Only a failed or partially published post can be retried.")
   end
   return 202, { requestId = req.id, operationId = op_id, status = "queued", resource = { postId = req.params.postId } }

@@ -64,10 +64,7 @@ function M.render(w, environment, extra, status)
   data.env_label = web.ENVIRONMENTS[environment]
   data.accounts, data.has_accounts = accounts, #accounts > 0
   data.facebook_ready = facebook.configured()
-  data.tabs = {
-    { env = "live", label = "Live", href = "/workspace/connections?env=live", current = environment == "live" },
-    { env = "test", label = "Sandbox", href = "/workspace/connections?env=test", current = environment == "test" },
-  }
+  data.tabs = web.environment_tabs("/workspace/connections", environment)
   return w:render("connections", data, status)
 end
 

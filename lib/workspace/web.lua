@@ -12,6 +12,7 @@ local template = require "template"
 local form = require "form"
 local session = require "workspace.session"
 local problem = require "problem"
+local json = require "json"
 
 local M = {}
 
@@ -34,7 +35,7 @@ local CSS_URL, JS_URL = static_url("app.css"), static_url("app.js")
 local HEADERS = {
   ["Content-Type"] = "text/html; charset=utf-8",
   ["Cache-Control"] = "no-store",
-  ["Content-Security-Policy"] = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; "
+  ["Content-Security-Policy"] = "default-src 'none'; style-src 'self'; script-src 'self'; connect-src 'self'; img-src 'self' data:; "
     .. "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
   ["X-Frame-Options"] = "DENY",
   ["X-Content-Type-Options"] = "nosniff",
@@ -51,6 +52,8 @@ local NOTICES = {
   account_disconnected = "The account is disconnected: new posts to it fail with account_disconnected. Its history stays.",
   test_page_added = "Test page added. Publish to it with a sandbox API key (sgk_test_...).",
   accounts_connected = "Your accounts are connected and listed below.",
+  post_retried = "The post's failed targets are publishing again; this page shows how it ends.",
+  nothing_to_retry = "That post has nothing to retry: only failed or partially published posts can be retried.",
   nothing_connected = "Nothing was connected: no Page or Instagram account was selected.",
 }
 
@@ -60,6 +63,14 @@ function M.when(column, alias)
 end
 
 M.ENVIRONMENTS = { live = "Live", test = "Sandbox" }
+
+-- The Live / Sandbox tabs of a page listing one environment.
+function M.environment_tabs(path, environment)
+  return {
+    { env = "live", label = "Live", href = path .. "?env=live", current = environment == "live" },
+    { env = "test", label = "Sandbox", href = path .. "?env=test", current = environment == "test" },
+  }
+end
 
 -- Rows for templates: db.query's list without its `affected` count, which
 -- would make an empty list look like an object to {{#section}}.
@@ -93,12 +104,28 @@ function W:render(name, data, status, extra_headers)
     session = s and { email = s.email, company_name = s.company_name } or nil,
     nav = s and {
       { href = "/workspace/connections", label = "Connections", current = data.section == "connections" },
+      { href = "/workspace/posts", label = "Posts", current = data.section == "posts" },
       { href = "/workspace/clients", label = "API clients", current = data.section == "clients" },
     } or nil,
     notice = NOTICES[self.req.query.notice or ""],
     content = template.render(name, data, load_template),
   }
   return status or 200, template.render("layout", page, load_template), headers(self, extra_headers)
+end
+
+-- A piece of a page (a template without the layout), for a script to put in place.
+function W:fragment(name, data)
+  data.csrf = self.csrf
+  return template.render(name, data, load_template)
+end
+
+-- An answer to the workspace's own script (fetch with Accept: application/json).
+function W:json(status, body)
+  return status, json.encode(body), headers(self, { ["Content-Type"] = "application/json" })
+end
+
+function W:wants_json()
+  return (self.req.headers["accept"] or ""):find("application/json", 1, true) ~= nil
 end
 
 -- An error page that says what happened and what to do next.

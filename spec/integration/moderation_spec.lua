@@ -10,18 +10,7 @@ local comment_stack = require "comment_stack"
 
 local REPLY_KEYS = { "commentId", "operationId", "reply" }
 
-local function keys(t)
-  local out = {}
-  for k in pairs(t) do out[#out + 1] = k end
-  table.sort(out)
-  return out
-end
-
-local function field_codes(body)
-  local out = {}
-  for _, e in ipairs(body.errors or {}) do out[e.field] = e.code end
-  return out
-end
+local keys, field_codes = comment_stack.keys, comment_stack.field_codes
 
 describe("moderation", function()
   local env
@@ -264,11 +253,7 @@ describe("moderation", function()
       return out
     end
 
-    local function fake_state(id)
-      for _, c in ipairs(fake.control("GET", "comments").data) do
-        if c.id == id then return c end
-      end
-    end
+    local function fake_state(id) return env.fake_state(id) end
 
     setup(function()
       fake = env.fake

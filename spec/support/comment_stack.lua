@@ -37,7 +37,14 @@ function M.start(opts)
   local sgw = stack.start_sgw { name = opts.name, set = set }
   fake.control("POST", "webhooks", { callback_url = sgw.base_url .. "/webhooks/meta", app_secret = M.APP_SECRET })
   local env = { fake = fake, sgw = sgw }
-  function env.sql(q) return stack.psql(sgw.database_url, q) end
+  --- Kills sgw (SIGKILL, as a crash) and starts another on the same database;
+  --- its jobs in flight run again once their leases pass.
+  function env.restart()
+    env.sgw:kill()
+    env.sgw = stack.start_sgw { name = opts.name, set = set, database_url = env.sgw.database_url }
+    fake.control("POST", "webhooks", { callback_url = env.sgw.base_url .. "/webhooks/meta", app_secret = M.APP_SECRET })
+  end
+  function env.sql(q) return stack.psql(env.sgw.database_url, q) end
   function env.count(q) return tonumber(env.sql(q)) end
   --- Enqueues a job as a timer would; returns its id.
   function env.start_job(kind)
@@ -56,6 +63,12 @@ function M.start(opts)
   function env.run_job(kind)
     env.wait_job(env.start_job(kind))
   end
+  --- The fake platform's own record of a comment (hidden, deleted, ...).
+  function env.fake_state(id)
+    for _, c in ipairs(fake.control("GET", "comments").data) do
+      if c.id == id then return c end
+    end
+  end
   --- Every Meta delivery stored so far has been processed.
   function env.deliveries_processed()
     stack.eventually(function()
@@ -69,6 +82,21 @@ function M.stop()
   receiver.stop_all()
   stack.cleanup()
   fake_graph.stop_all()
+end
+
+--- A table's keys, sorted (to compare a body's shape).
+function M.keys(t)
+  local out = {}
+  for k in pairs(t) do out[#out + 1] = k end
+  table.sort(out)
+  return out
+end
+
+--- A problem's errors[] as { [field] = code }.
+function M.field_codes(body)
+  local out = {}
+  for _, e in ipairs(body.errors or {}) do out[e.field] = e.code end
+  return out
 end
 
 local ALL_SCOPES = "accounts:read posts:read posts:write operations:read comments:read comments:write sandbox:write"

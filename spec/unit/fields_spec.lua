@@ -31,6 +31,18 @@ describe("fields.check", function()
     end
   end)
 
+  it("checks an array's type and item count, leaving its items to the caller", function()
+    local spec = { ids = { type = "array", required = true, min = 1, max = 2 } }
+    for raw, want in pairs {
+      ['{"ids":["a"]}'] = {}, ['{"ids":["a",2]}'] = {},
+      ['{"ids":[]}'] = { "/ids invalid_value" }, ['{"ids":["a","b","c"]}'] = { "/ids invalid_value" },
+      ['{"ids":{"a":1}}'] = { "/ids invalid_value" }, ['{"ids":"a"}'] = { "/ids invalid_value" },
+      ['{}'] = { "/ids required" },
+    } do
+      assert.are.same(want, codes(fields.check(cjson.decode(raw), spec)), raw)
+    end
+  end)
+
   it("takes an empty body as an object with nothing in it", function()
     assert.are.same({ "/name required" }, codes(fields.check(cjson.decode("{}"), SPEC)))
   end)
