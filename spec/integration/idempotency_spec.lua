@@ -71,6 +71,17 @@ describe("idempotency", function()
     }
     db = sgw.database_url
     stack.psql(db, "CREATE TABLE idem_items (id bigserial PRIMARY KEY, name text)")
+    -- The gate of ?mode=gate: each statement of a volatile function sees what
+    -- was committed before it, so the loop sees the spec's INSERT (4 s at most).
+    stack.psql(db, [[CREATE TABLE idem_gates (key text PRIMARY KEY);
+      CREATE FUNCTION idem_wait_gate(k text) RETURNS void LANGUAGE plpgsql AS $f$
+      BEGIN
+        FOR i IN 1..400 LOOP
+          IF EXISTS (SELECT 1 FROM idem_gates WHERE key = k) THEN RETURN; END IF;
+          PERFORM pg_sleep(0.01);
+        END LOOP;
+        RAISE EXCEPTION 'the spec never opened the gate of %', k;
+      END $f$]])
   end)
 
   teardown(function() stack.cleanup() end)
@@ -131,17 +142,18 @@ describe("idempotency", function()
   end)
 
   it("answers 409 idempotency_key_in_use while the first request is in flight", function()
-    local wait = post_in_background("/test/idem?mode=slow", "inflight-1", '{"name":"slow"}')
+    local wait = post_in_background("/test/idem?mode=gate", "inflight-1", '{"name":"slow"}')
     stack.eventually(function()
       return tonumber(stack.psql(db, "SELECT count(*) FROM idempotency_keys WHERE key = 'inflight-1'")) == 1
     end, 5, 0.01, "the first request claimed the key")
-    local s, b, h = post("/test/idem?mode=slow", "inflight-1", '{"name":"slow"}')
+    local s, b, h = post("/test/idem?mode=gate", "inflight-1", '{"name":"slow"}')
     assert.are.equal(409, s)
     assert.are.equal("idempotency_key_in_use", problem_of(409, b, h).code)
     assert.are.equal("1", h["retry-after"])
+    stack.psql(db, "INSERT INTO idem_gates VALUES ('inflight-1')")
     local s1, b1 = wait()
     assert.are.equal(201, s1)
-    local s2, b2, h2 = post("/test/idem?mode=slow", "inflight-1", '{"name":"slow"}')
+    local s2, b2, h2 = post("/test/idem?mode=gate", "inflight-1", '{"name":"slow"}')
     assert.are.equal(201, s2)
     assert.are.equal(b1, b2)
     assert.are.equal("true", h2["idempotent-replayed"])
