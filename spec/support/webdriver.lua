@@ -350,12 +350,24 @@ function Session:type(target, text, opts)
   end
 end
 
+-- A page that swaps a fragment in (a row that updates itself) may replace the
+-- element between finding and reading it: by selector, find it again.
+local function by_selector(self, target, read)
+  if type(target) ~= "string" then return read(el(self, target)) end
+  for _ = 1, 5 do
+    local ok, value = pcall(read, el(self, target))
+    if ok then return value end
+    if not tostring(value):find("stale element", 1, true) then error(value, 0) end
+  end
+  return read(el(self, target))
+end
+
 function Session:text(target)
-  return self:cmd("GET", "/element/" .. el(self, target) .. "/text")
+  return by_selector(self, target, function(id) return self:cmd("GET", "/element/" .. id .. "/text") end)
 end
 
 function Session:attribute(target, name)
-  local v = self:cmd("GET", "/element/" .. el(self, target) .. "/attribute/" .. name)
+  local v = by_selector(self, target, function(id) return self:cmd("GET", "/element/" .. id .. "/attribute/" .. name) end)
   return v ~= cjson.null and v or nil
 end
 

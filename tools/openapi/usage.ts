@@ -14,6 +14,8 @@ export function describeOperation(op: Operation): string {
       return `${op.result.postId}: ${op.result.status}, ${op.result.targets.length} target(s)`;
     case "comment.reply":
       return `reply ${op.result.commentId} (${op.result.platformCommentId})`;
+    case "comment.bulk":
+      return `bulk ${op.id}: ${op.result.items.filter((i) => i.status === "succeeded").length} of ${op.result.items.length} done`;
     default:
       return `${op.type} on ${op.result.commentId}`;
   }
