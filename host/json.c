@@ -298,6 +298,22 @@ static void put_extra(enc *e, int t, size_t base, int eshape, int *first, int de
     }
 }
 
+/* The number of t's keys, refusing, in the order met, the keys gather_extra
+ * would refuse (a shape names strings only, so these are never named). */
+static size_t count_keys(lua_State *L, int t) {
+    size_t n = 0;
+    lua_pushnil(L);
+    while (lua_next(L, t)) {
+        lua_pop(L, 1);
+        n++;
+        int type = lua_type(L, -1);
+        if (type == LUA_TSTRING || lua_isinteger(L, -1)) continue;
+        if (type != LUA_TNUMBER) fail(L, "Cannot serialise table: table key must be a number or string");
+        if (isinf(lua_tonumber(L, -1))) fail(L, "Cannot serialise number: must not be NaN or Inf");
+    }
+    return n;
+}
+
 static void put_array(enc *e, int t, lua_Integer len, int shape, int depth) {
     lua_State *L = e->L;
     int items = field(L, shape, UP_ITEMS);
@@ -342,11 +358,14 @@ static void encode_table(enc *e, int t, int shape, int depth) {
         return;
     }
 
-    size_t base = e->nkeys;
-    gather_extra(e, t, field(L, shape, UP_KNOWN));
+    /* With a shape, the keys it does not name are gathered only when the
+     * object has more keys than the shape's present: usually it has not. */
+    size_t base = e->nkeys, total = 0, named = 0;
+    int known = field(L, shape, UP_KNOWN), keys = field(L, shape, UP_KEYS);
+    if (known && keys) total = count_keys(L, t);
+    else gather_extra(e, t, known);
     put_char(e, '{');
     int first = 1;
-    int keys = field(L, shape, UP_KEYS);
     if (keys) {
         int props = field(L, shape, UP_PROPS);
         lua_Integer n = (lua_Integer)lua_rawlen(L, keys);
@@ -357,6 +376,7 @@ static void encode_table(enc *e, int t, int shape, int depth) {
             lua_pushvalue(L, k);
             if (lua_rawget(L, t) != LUA_TNIL) {
                 int v = lua_gettop(L);
+                named++;
                 size_t len;
                 const char *s = lua_tolstring(L, k, &len);
                 if (!first) put_char(e, ',');
@@ -373,6 +393,7 @@ static void encode_table(enc *e, int t, int shape, int depth) {
             lua_settop(L, mark);
         }
     }
+    if (known && keys && named < total) gather_extra(e, t, known);
     if (e->nkeys > base) put_extra(e, t, base, field(L, shape, UP_EXTRA), &first, depth);
     put_char(e, '}');
     e->nkeys = base;

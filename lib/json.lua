@@ -42,13 +42,17 @@ end
 -- values under keys not named: additionalProperties), variants (shapes of
 -- which the one naming most of an object's keys is used: oneOf/anyOf).
 -- shape(keys, fields) makes one; fields may carry props, items, extra,
--- variants.
+-- variants. keys are strings, each named once (a repeat is dropped): the C
+-- encoder counts an object's named keys to know whether it has others.
 function M.shape(keys, fields)
   local s = fields or {}
-  s.keys, s.quoted, s.known, s.props = keys or {}, {}, {}, s.props or {}
-  for i, k in ipairs(s.keys) do
-    s.quoted[i] = "," .. cjson.encode(k) .. ":"
-    s.known[k] = true
+  s.keys, s.quoted, s.known, s.props = {}, {}, {}, s.props or {}
+  for _, k in ipairs(keys or {}) do
+    if not s.known[k] then
+      s.keys[#s.keys + 1] = k
+      s.quoted[#s.keys] = "," .. cjson.encode(k) .. ":"
+      s.known[k] = true
+    end
   end
   return s
 end

@@ -141,6 +141,7 @@ local function all_shapes()
   add(json.shape({}, { variants = { json.shape({ "type", "x" }), json.shape({ "type", "y", "z" }) } }))
   add(json.shape({ "z", "a/b", "é" }, { items = inner, extra = inner }))
   add(json.shape({}, { variants = {} }))
+  add(json.shape({ "b", "a", "b" }))
   return list
 end
 
