@@ -1,8 +1,13 @@
 -- Encode time of a Post list page of 100 posts (each with two targets):
 -- plain cjson against lib/json.lua with the Post list shape from the OpenAPI
--- document. Median of several rounds. Run from the repository root:
+-- document, in Lua and in C (the host's jsonc.encode, host/json.c, loaded
+-- from build/jsonc.so when it has been built). Median of several rounds. Run
+-- from the repository root after building:
 --   lua5.4 bench/json-encode.lua
 package.path = "lib/?.lua;" .. package.path
+package.cpath = "build/?.so;" .. package.cpath
+local have_c, jsonc = pcall(require, "jsonc")
+_G.jsonc = have_c and jsonc or nil
 _G.asset = function(path)
   local f = assert(io.open(path, "rb"))
   local text = f:read("a")
@@ -48,6 +53,14 @@ local function median(fn)
 end
 
 local plain = median(function() return cjson.encode(page) end)
-local ordered = median(function() return json.encode(page, shape) end)
-print(string.format("100-post page, %d bytes: cjson %.0f us, ordered %.0f us (%.1fx)",
-  #json.encode(page, shape), plain, ordered, ordered / plain))
+local ordered = median(function() return json.encode_lua(page, shape) end)
+local line = string.format("100-post page, %d bytes: cjson %.0f us, ordered in Lua %.0f us (%.1fx)",
+  #json.encode_lua(page, shape), plain, ordered, ordered / plain)
+if have_c then
+  assert(json.encode(page, shape) == json.encode_lua(page, shape), "the C and Lua encoders differ")
+  local c = median(function() return json.encode(page, shape) end)
+  line = line .. string.format(", ordered in C %.0f us (%.1fx)", c, c / plain)
+else
+  line = line .. " (build/jsonc.so not built: no C figure)"
+end
+print(line)

@@ -2,7 +2,7 @@
  * sgw.h — the shared declarations of the sgw host.
  *
  * Each concern lives in its own file (config.c, http.c, router.c, worker.c,
- * luart.c, budget.c, pg.c, redis.c, httpc.c, crypto.c, jobs.c, log.c, metrics.c,
+ * luart.c, budget.c, pg.c, redis.c, httpc.c, crypto.c, json.c, jobs.c, log.c, metrics.c,
  * admin.c, main.c); this header is the one place where they meet. The host
  * knows nothing of posts or comments: that is Lua's business.
  */
@@ -82,6 +82,12 @@ void crypto_random_id(char *out, size_t n);
  * random_token, constant_eq, base64_encode/decode, base64url_encode/decode,
  * hex, aes_gcm_encrypt/decrypt, argon2id_hash/verify (see docs/host-api.md). */
 void lapi_crypto_open(lua_State *L);
+
+/* ---------------------------------------------------------------- json.c
+ * Global `jsonc`: encode(value, shape, empty), lib/json.lua's ordered
+ * encoder in C (see docs/host-api.md). luaopen_jsonc returns the table. */
+int  luaopen_jsonc(lua_State *L);
+void lapi_json_open(lua_State *L);
 
 /* ----------------------------------------------------------------- worker
  * A worker is one thread with its own Lua state and its own connections. */

@@ -1,0 +1,137 @@
+/*
+ * test_json.c — the host's jsonc.encode against lib/json.lua's Lua encoder:
+ * thousands of random values with the OpenAPI document's shapes through both
+ * (spec/support/json_differential.lua) must give the same bytes or the same
+ * error; and the C side's own edges: its arguments, and a value larger than
+ * the Lua state's memory ceiling refused without harm to the state.
+ */
+#include "sgw.h"
+#include "check.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* An allocator with a ceiling, as the host's states have. */
+typedef struct { size_t used, limit; } account;
+
+static void *limited_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
+    account *a = ud;
+    size_t old = ptr ? osize : 0;
+    if (nsize == 0) {
+        free(ptr);
+        a->used -= old;
+        return NULL;
+    }
+    if (nsize > old && a->used + (nsize - old) > a->limit) return NULL;
+    void *p = realloc(ptr, nsize);
+    if (p) a->used = a->used - old + nsize;
+    return p;
+}
+
+/* asset(path) as the host gives it: the file's text, or nil. */
+static int l_asset(lua_State *L) {
+    FILE *f = fopen(luaL_checkstring(L, 1), "rb");
+    if (!f) return 0;
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    char chunk[4096];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) luaL_addlstring(&b, chunk, n);
+    fclose(f);
+    luaL_pushresult(&b);
+    return 1;
+}
+
+static lua_State *new_state(account *a) {
+    lua_State *L = lua_newstate(limited_alloc, a);
+    luaL_openlibs(L);
+    luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
+    lua_pushcfunction(L, luaopen_cjson);
+    lua_setfield(L, -2, "cjson");
+    lua_pushcfunction(L, luaopen_cjson_safe);
+    lua_setfield(L, -2, "cjson.safe");
+    lua_pop(L, 1);
+    lua_pushcfunction(L, l_asset);
+    lua_setglobal(L, "asset");
+    lapi_json_open(L);
+    return L;
+}
+
+/* Runs chunk; returns its result as a string (caller frees), or the error. */
+static char *run(lua_State *L, const char *chunk, int *ok) {
+    *ok = luaL_dostring(L, chunk) == LUA_OK;
+    const char *s = lua_tostring(L, -1);
+    char *out = strdup(s ? s : "(not a string)");
+    lua_settop(L, 0);
+    return out;
+}
+
+static void expect(lua_State *L, const char *name, const char *chunk, int want_ok, const char *want) {
+    int ok;
+    char *got = run(L, chunk, &ok);
+    int same = ok == want_ok && (want_ok ? strcmp(got, want) == 0 : strstr(got, want) != NULL);
+    check(same, name, got);
+    free(got);
+}
+
+static void test_differential(void) {
+    account a = { 0, (size_t)512 << 20 };
+    lua_State *L = new_state(&a);
+    /* The same cases every run; JSON_SEED and JSON_CASES explore others. */
+    const char *seed = getenv("JSON_SEED"), *cases = getenv("JSON_CASES");
+    char chunk[512];
+    snprintf(chunk, sizeof chunk,
+             "package.path = 'lib/?.lua;spec/support/?.lua;' .. package.path\n"
+             "local total, agreed, failures = require('json_differential').run(%ld, %ld)\n"
+             "return ('%%d of %%d agreed%%s%%s'):format(agreed, total, #failures > 0 and '\\n' or '',"
+             " table.concat(failures, '\\n'))",
+             seed ? strtol(seed, NULL, 10) : 20240611L, cases ? strtol(cases, NULL, 10) : 3000L);
+    int ok;
+    char *got = run(L, chunk, &ok);
+    int agreed = 0, total = -1;
+    if (ok) sscanf(got, "%d of %d", &agreed, &total);
+    printf("%s\n", got);
+    check(ok && agreed == total && total > 300, "both encoders write the same bytes or raise the same error", got);
+    free(got);
+    lua_close(L);
+}
+
+static void test_arguments(void) {
+    account a = { 0, (size_t)64 << 20 };
+    lua_State *L = new_state(&a);
+    expect(L, "a shape that is not a table is misuse", "return jsonc.encode({}, 1)", 0, "table or nil expected");
+    expect(L, "a shape's keys must be strings", "return jsonc.encode({}, { keys = { 1 } })", 0,
+           "a shape's keys must be strings");
+    expect(L, "no empty marker: every string is a string", "return jsonc.encode({ 'x' })", 1, "[\"x\"]");
+    expect(L, "the empty marker is []", "return jsonc.encode({ a = 'E', b = 'EE' }, nil, 'E')", 1,
+           "{\"a\":[],\"b\":\"EE\"}");
+    expect(L, "nothing is nil", "return jsonc.encode()", 0, "Cannot serialise nil: type not supported");
+    expect(L, "metamethods are not run", "return jsonc.encode(setmetatable({}, { __index = { id = 1 } }),"
+           " { keys = { 'id' }, known = { id = true } })", 1, "{}");
+    lua_close(L);
+}
+
+static void test_memory_ceiling(void) {
+    account a = { 0, (size_t)8 << 20 };
+    lua_State *L = new_state(&a);
+    /* 3,000 strings of 1 KB: 3 MB of Lua strings, 6 MB escaped. */
+    expect(L, "past the memory ceiling, encode raises",
+           "local s = string.rep('\\1', 1000)\n"
+           "local t = {}\n"
+           "for i = 1, 3000 do t[i] = s .. i end\n"
+           "big = t\n"
+           "return jsonc.encode(t)", 0, "not enough memory");
+    expect(L, "the state carries on after it", "big = nil; collectgarbage(); return jsonc.encode({ a = { 1, 2 } })", 1,
+           "{\"a\":[1,2]}");
+    check(a.used < (size_t)1 << 20, "the output of the failed encode is freed with the garbage", NULL);
+    lua_close(L);
+}
+
+int main(void) {
+    test_differential();
+    test_arguments();
+    test_memory_ceiling();
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
