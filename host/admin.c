@@ -52,12 +52,13 @@ static enum MHD_Result readyz(struct MHD_Connection *conn) {
     luart_last_error_copy(err, sizeof err);
     size_t el = json_escape(esc, 0, sizeof esc - 1, err, strlen(err));
     esc[el] = 0;
-    int ready = db_ok && redis_ok && luart_generation_id() > 0 && !sgw_shutting_down;
+    int migrated = atomic_load(&sgw_schema_current);
+    int ready = db_ok && redis_ok && migrated && luart_generation_id() > 0 && !sgw_shutting_down;
     const char *status = ready ? "ready" : (db_ok && !sgw_shutting_down ? "degraded" : "unavailable");
     return answer_json(conn, ready ? 200 : 503,
-                       "{\"status\":\"%s\",\"checks\":{\"database\":\"%s\",\"redis\":\"%s\","
+                       "{\"status\":\"%s\",\"checks\":{\"database\":\"%s\",\"migrations\":\"%s\",\"redis\":\"%s\","
                        "\"handlers\":{\"generation\":%llu,\"reloadFailures\":%llu,\"lastReloadError\":%s}}}",
-                       status, db_ok ? "ok" : "unreachable",
+                       status, db_ok ? "ok" : "unreachable", migrated ? "ok" : "pending",
                        admin_redis ? (redis_ok ? "ok" : "unreachable") : "not_configured",
                        (unsigned long long)luart_generation_id(), (unsigned long long)luart_reload_failures(),
                        err[0] ? esc : "null");

@@ -21,6 +21,7 @@
 
 atomic_int sgw_shutting_down;
 atomic_int sgw_reload_requested;
+atomic_int sgw_schema_current;
 
 static char root[PATH_MAX];
 /* Set when the root is an installed tree (<prefix>/share/sgw beside
@@ -369,6 +370,35 @@ static int cmd_lua(const cli_args *a) {
     return code;
 }
 
+/* Whether the database has every migration in dir; sets sgw_schema_current
+ * when it has. Says once (log, systemd STATUS) what it waits for. */
+static int check_schema(const char *dir, int *reported) {
+    char first[256];
+    int pending = pg_pending_migrations(config_str("database.url"), dir, first, sizeof first);
+    if (pending == 0) {
+        atomic_store(&sgw_schema_current, 1);
+        if (*reported) log_msg(LOG_INFO, "migrations", "the database is migrated; ready");
+        return 1;
+    }
+    if (*reported) return 0;
+    *reported = 1;
+    if (pending > 0) {
+        log_msg(LOG_WARN, "migrations", "the database lacks %d migration(s) this sgw ships, from %s: "
+                "run sgw migrate; not ready until then", pending, first);
+        notify_send("STATUS=waiting for migrations (%d missing, from %s): run sgw migrate", pending, first);
+    } else {
+        log_msg(LOG_WARN, "migrations", "cannot tell whether the database is migrated (no connection?); "
+                "not ready until it can");
+        notify_send("STATUS=waiting for the database to tell its migrations");
+    }
+    return 0;
+}
+
+static void notify_ready(void) {
+    notify_send("READY=1\nSTATUS=serving on %s, handlers generation %llu", config_str("http.listen"),
+                (unsigned long long)luart_generation_id());
+}
+
 static int cmd_serve(const cli_args *a) {
     (void)a;
     if (require_database()) return 2;
@@ -401,18 +431,27 @@ static int cmd_serve(const cli_args *a) {
     if (redis_pipe_start()) log_msg(LOG_WARN, "redis_pipe", "rate-limit calls go to Redis one by one");
     if (invalidations_start()) log_msg(LOG_WARN, "invalidations", "cannot start the subscriber; every request asks Redis");
     if (jobs_start((int)config_int("jobs.workers"))) goto out_jobs;
+    /* Told before the listeners start, so a migrated database is ready at once. */
+    char migrations_dir[PATH_MAX + 16];
+    snprintf(migrations_dir, sizeof migrations_dir, "%s/migrations", root);
+    int schema_reported = 0;
+    check_schema(migrations_dir, &schema_reported);
     /* The public listener first: once /healthz answers, requests are taken. */
     if (http_start()) goto out_http;
     if (admin_start()) goto out_admin;
     log_msg(LOG_INFO, "serving", "public %s, admin %s, %d workers, generation %llu", config_str("http.listen"),
             config_str("admin.listen"), n, (unsigned long long)luart_generation_id());
-    notify_send("READY=1\nSTATUS=serving on %s, handlers generation %llu", config_str("http.listen"),
-                (unsigned long long)luart_generation_id());
 
     /* The main thread waits for signals and, between them, pings the
-     * watchdog: a main loop that hangs stops the pings. */
+     * watchdog: a main loop that hangs stops the pings. Until the database
+     * has every migration this sgw ships, it looks again each tick and holds
+     * READY=1 back (/readyz says so too), so a deploy whose migrate has not
+     * run is never taken for a healthy one. */
     uint64_t tick_ms = notify_watchdog_ms() && notify_watchdog_ms() < 1000 ? notify_watchdog_ms() : 1000;
+    if (atomic_load(&sgw_schema_current)) notify_ready();
     for (;;) {
+        if (!atomic_load(&sgw_schema_current) && check_schema(migrations_dir, &schema_reported))
+            notify_ready();
         notify_watchdog_tick();
         struct timespec ts = { (time_t)(tick_ms / 1000), (long)(tick_ms % 1000) * 1000000L };
         int sig = sigtimedwait(&set, NULL, &ts);

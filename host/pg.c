@@ -929,3 +929,40 @@ int pg_migrate(const char *conninfo, const char *dir) {
     migrations_free(&l);
     return rc;
 }
+
+/* How many of dir's migrations the database has not applied (0: current),
+ * or -1 when that cannot be told (no connection, unreadable directory).
+ * `first` gets the name of the first missing one. A database that was never
+ * migrated has no schema_migrations: every file is missing. */
+int pg_pending_migrations(const char *conninfo, const char *dir, char *first, size_t cap) {
+    if (first && cap) first[0] = 0;
+    if (!conninfo || !*conninfo) return -1;
+    migration_list l = { 0 };
+    if (list_migrations(dir, &l)) return -1;
+    char err[1024];
+    PGconn *c = connect_session(conninfo, "SET client_min_messages = warning", 0, err, sizeof err);
+    if (!c) {
+        migrations_free(&l);
+        return -1;
+    }
+    PGresult *r = PQexec(c, "SELECT version FROM schema_migrations");
+    int pending = -1;
+    if (PQresultStatus(r) == PGRES_TUPLES_OK || PQresultStatus(r) == PGRES_FATAL_ERROR) {
+        /* A fatal error here is the missing table (42P01); anything else is -1. */
+        const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+        int missing_table = PQresultStatus(r) == PGRES_FATAL_ERROR && state && strcmp(state, "42P01") == 0;
+        if (PQresultStatus(r) == PGRES_TUPLES_OK || missing_table) {
+            pending = 0;
+            for (int i = 0; i < l.n; i++) {
+                int done = 0;
+                for (int j = 0; !missing_table && j < PQntuples(r) && !done; j++)
+                    done = strcmp(PQgetvalue(r, j, 0), l.v[i].version) == 0;
+                if (!done && pending++ == 0 && first && cap) snprintf(first, cap, "%s", l.v[i].name);
+            }
+        }
+    }
+    PQclear(r);
+    PQfinish(c);
+    migrations_free(&l);
+    return pending;
+}

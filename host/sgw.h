@@ -118,6 +118,7 @@ void    pg_reset_session(sgw_pg *pg);
 /* `sgw migrate`: apply migrations/NNNN_*.sql in order, each once, each in a
  * transaction, under an advisory lock. Prints progress; 0 ok. */
 int     pg_migrate(const char *conninfo, const char *dir);
+int     pg_pending_migrations(const char *conninfo, const char *dir, char *first, size_t cap);
 /* Global `db` (see docs/host-api.md): db.query, db.exec, db.transaction,
  * db.in_transaction, db.null. */
 void    lapi_db_open(lua_State *L, sgw_worker *w);
@@ -438,6 +439,9 @@ void     notify_watchdog_tick(void);         /* WATCHDOG=1 when the interval has
 
 /* ------------------------------------------------------------------ main.c */
 extern atomic_int sgw_shutting_down;
+/* 1 once the database has every migration this sgw ships (serve waits for it
+ * before READY=1; /readyz answers 503 until then). */
+extern atomic_int sgw_schema_current;
 extern atomic_int sgw_reload_requested;
 
 #endif

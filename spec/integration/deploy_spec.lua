@@ -160,6 +160,34 @@ describe("deploy", function()
       os.execute("rm -rf " .. q(dir))
     end)
 
+    it("holds READY back, and /readyz says why, until the database is migrated", function()
+      local dir = tempdir()
+      local sock, out = dir .. "/notify.sock", dir .. "/notify.log"
+      os.execute("/usr/bin/python3 " .. q(stack.repo_root() .. "/spec/support/notify_listener.py") .. " "
+        .. q(sock) .. " " .. q(out) .. " >/dev/null 2>&1 &")
+      stack.eventually(function() return read(out):match("LISTENING") end, 10, 0.05, "the listener to bind")
+      local database_url = stack.fresh_database("unmigrated")
+      local sgw = stack.start_sgw { name = "unmigrated", database_url = database_url, migrate = false,
+        env = { NOTIFY_SOCKET = sock } }
+      local status_line = stack.eventually(function() return read(out):match("STATUS=waiting for migrations[^\n]*") end,
+        10, 0.05, "a STATUS line naming the missing migrations")
+      assert.matches("run sgw migrate", status_line)
+      assert.is_nil(read(out):match("READY=1"))
+      local status, body = sgw:admin("GET", "/readyz")
+      assert.are.equal(503, status, body)
+      assert.matches('"migrations":"pending"', body)
+      assert.matches("lacks %d+ migration%(s%) this sgw ships, from 0001_", sgw:log())
+
+      local code, mout, merr = run(q(SGW) .. " migrate --set " .. q("database.url=" .. database_url))
+      assert.are.equal(0, code, mout .. merr)
+      stack.eventually(function() return read(out):match("READY=1") end, 10, 0.05, "READY=1 once migrated")
+      status, body = sgw:admin("GET", "/readyz")
+      assert.are.equal(200, status, body)
+      assert.matches('"migrations":"ok"', body)
+      assert.are.equal(0, sgw:stop(30))
+      os.execute("rm -rf " .. q(dir))
+    end)
+
     it("is silent without NOTIFY_SOCKET, and ignores a watchdog meant for another process", function()
       local sgw = stack.start_sgw { name = "no-notify", env = { WATCHDOG_USEC = "100000", WATCHDOG_PID = "1" } }
       assert.are.equal(0, sgw:stop(30))
