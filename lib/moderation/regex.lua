@@ -289,10 +289,116 @@ local function start_pattern(a)
   return class_of(a, a.first) .. class_of(a, second)
 end
 
+-- ---------------------------------------------------------------- prefilter
+
+-- Literals of which every match holds one: a few plain finds (C speed,
+-- memchr) rule most comments out before the automaton reads a byte.
+-- Per node: `exact`, the strings it matches when they are few and short
+-- (small classes expanded: w[i1]n -> win, w1n), else `need`, a set one of
+-- which occurs in anything it matches (nil: nothing known).
+local MAX_STRINGS, MAX_CLASS, MAX_LITERAL = 16, 4, 16
+
+local function count(set)
+  local n = 0
+  for _ in pairs(set) do n = n + 1 end
+  return n
+end
+
+-- What a node's matches are known to contain: its exact strings or its need;
+-- nil when that says nothing (the empty string is among them).
+local function needed(info)
+  local set = info.exact or info.need
+  if not set or set[""] then return nil end
+  return set
+end
+
+-- The more selective of two needs: longer shortest literal (up to 3 bytes,
+-- past which a plain find is selective enough), then fewer finds.
+local function score(set)
+  if not set then return -math.huge end
+  local shortest = math.huge
+  for lit in pairs(set) do shortest = math.min(shortest, #lit) end
+  return math.min(shortest, 3) * 100 - count(set)
+end
+local function better(a, b) return score(a) >= score(b) and a or b end
+
+local function literals(node)
+  local kind = node[1]
+  if kind == "empty" then return { exact = { [""] = true } } end
+  if kind == "cls" then
+    if count(node[2]) > MAX_CLASS then return {} end
+    local exact = {}
+    for b in pairs(node[2]) do exact[string.char(b)] = true end
+    return { exact = exact }
+  end
+  if kind == "star" then return {} end
+  if kind == "opt" then
+    local inner = literals(node[2])
+    if not inner.exact or count(inner.exact) >= MAX_STRINGS then return {} end
+    local exact = { [""] = true }
+    for lit in pairs(inner.exact) do exact[lit] = true end
+    return { exact = exact }
+  end
+  if kind == "alt" then
+    local a, b = literals(node[2]), literals(node[3])
+    if a.exact and b.exact and count(a.exact) + count(b.exact) <= MAX_STRINGS then
+      local exact = {}
+      for lit in pairs(a.exact) do exact[lit] = true end
+      for lit in pairs(b.exact) do exact[lit] = true end
+      return { exact = exact }
+    end
+    local na, nb = needed(a), needed(b)
+    if not na or not nb then return {} end
+    local need = {}
+    for lit in pairs(na) do need[lit] = true end
+    for lit in pairs(nb) do need[lit] = true end
+    return { need = need }
+  end
+  -- cat: its parts in order (the tree leans left), runs of exact parts
+  -- joined into longer literals while they stay few.
+  local parts = {}
+  local function flatten(n)
+    if n[1] == "cat" then flatten(n[2]) flatten(n[3]) else parts[#parts + 1] = n end
+  end
+  flatten(node)
+  local run, need, all_exact = { [""] = true }, nil, true
+  for _, part in ipairs(parts) do
+    local info = literals(part)
+    local joined
+    if info.exact and count(run) * count(info.exact) <= MAX_STRINGS then
+      joined = {}
+      for x in pairs(run) do
+        for y in pairs(info.exact) do
+          if #x + #y > MAX_LITERAL then joined = nil break end
+          joined[x .. y] = true
+        end
+        if not joined then break end
+      end
+    end
+    if joined then
+      run = joined
+    else
+      all_exact = false
+      need = better(need, needed({ exact = run }))
+      if info.exact then
+        run = info.exact
+      else
+        need = better(need, needed(info))
+        run = { [""] = true }
+      end
+    end
+  end
+  if all_exact then return { exact = run } end
+  return { need = better(need, needed({ exact = run })) }
+end
+
 -- ---------------------------------------------------------------- API
 
--- compile(pattern) -> match(folded_text) -> bool, or nil and a message.
-function M.compile(pattern)
+-- compile(pattern) -> match(folded_text[, seen]) -> bool, or nil and a message.
+-- seen: a table kept by the caller for one text, in which patterns run on it
+-- share their literal finds (literal -> whether the text has it).
+-- plain: without the literal prefilter (the reference the specs compare with).
+function M.compile(pattern, plain)
   if type(pattern) ~= "string" or pattern == "" then return nil, "must be a non-empty string" end
   local length = utf8.len(pattern)
   if not length then return nil, "must be valid UTF-8" end
@@ -307,6 +413,11 @@ function M.compile(pattern)
   if a.nullable then return nil, "matches the empty text, hence every comment" end
   local follow, by_byte, first, last = a.follow, a.by_byte, a.first, a.last
   local candidates = start_pattern(a)
+  local need = not plain and needed(literals(tree)) or nil
+  local need_list = {}
+  for lit in pairs(need or {}) do need_list[#need_list + 1] = lit end
+  table.sort(need_list, function(x, y) return #x > #y or (#x == #y and x < y) end)
+  local n_need = #need_list
 
   local trans, states = {}, 0
   -- The positions reached from state d (the positions just matched; -1:
@@ -322,7 +433,23 @@ function M.compile(pattern)
     return reach & by_byte[b]
   end
 
-  return function(text)
+  return function(text, seen)
+    if n_need > 0 then
+      -- (inline, not a helper: this runs per pattern per comment)
+      local k = 1
+      while k <= n_need do
+        local lit = need_list[k]
+        local found
+        if seen then found = seen[lit] end
+        if found == nil then
+          found = text:find(lit, 1, true) ~= nil
+          if seen then seen[lit] = found end
+        end
+        if found then break end
+        k = k + 1
+      end
+      if k > n_need then return false end
+    end
     local d, i, n = anchored_start and -1 or 0, 1, #text
     while i <= n do
       if d == 0 then

@@ -20,7 +20,12 @@ local SCOPE_FIELDS = { socialAccountIds = true, platforms = true }
 -- ---------------------------------------------------------------- matchers
 
 -- A match key names a file of lib/moderation/matchers/ with validate(value)
--- -> nil | message[, pointer below the key] and compile(value) -> function(comment) -> bool.
+-- -> nil | message[, pointer below the key] and compile(value) -> function(comment) -> bool,
+-- and optionally compile_set(values) -> tests: the values of that key in every
+-- rule of a set at once (tests[i] for values[i]), when the rules can share
+-- work per comment (keywords: one index of all their words). `cheap = true`
+-- marks a matcher that needs no prepared text: a rule tries those first, so
+-- {"maxLength": 1, "keywords": [...]} folds no text it can rule out by length.
 -- nil when there is no such file.
 function M.matcher(key)
   if type(key) ~= "string" or not key:match("^%a%w*$") or #key > 40 then return nil end
@@ -206,17 +211,42 @@ local function as_set(list)
 end
 
 function M.compile(rules)
-  local out = {}
+  local out, by_key = {}, {}
   for _, r in ipairs(rules) do
     if r.enabled then
-      local tests = {}
-      for _, key in ipairs(sorted_keys(r.match)) do
-        tests[#tests + 1] = assert(M.matcher(key), "no matcher for " .. key).compile(r.match[key])
+      local tests, keys = {}, sorted_keys(r.match)
+      -- every key must hold, so the order only changes what is prepared
+      local function rank(key) return M.matcher(key).cheap and 0 or 1 end
+      table.sort(keys, function(x, y)
+        if rank(x) ~= rank(y) then return rank(x) < rank(y) end
+        return x < y
+      end)
+      for _, key in ipairs(keys) do
+        -- filled in below, once every rule's values of this key are known
+        local uses = by_key[key] or { values = {}, places = {} }
+        by_key[key] = uses
+        uses.values[#uses.values + 1] = r.match[key]
+        uses.places[#uses.places + 1] = { tests, #tests + 1 }
+        tests[#tests + 1] = false
       end
       local scope = r.scope ~= json.null and r.scope or {}
       out[#out + 1] = { rule = r, tests = tests, accounts = as_set(scope.socialAccountIds),
         platforms = as_set(scope.platforms) }
     end
+  end
+  for key, uses in pairs(by_key) do
+    local m = assert(M.matcher(key), "no matcher for " .. key)
+    local compiled = {}
+    if m.compile_set then
+      compiled = m.compile_set(uses.values)
+    else
+      for i, value in ipairs(uses.values) do compiled[i] = m.compile(value) end
+    end
+    for i, place in ipairs(uses.places) do place[1][place[2]] = compiled[i] end
+  end
+  -- most rules have one key: first_match calls it without a loop
+  for _, c in ipairs(out) do
+    if #c.tests == 1 then c.test = c.tests[1] end
   end
   return out
 end
@@ -243,15 +273,22 @@ function M.subject(text, author_id, platform, social_account_id)
 end
 
 -- The first compiled rule that acts on the subject, or nil.
+-- (Numeric loops: this runs per rule per comment, ipairs costs a call each.)
 function M.first_match(compiled, subject)
-  for _, c in ipairs(compiled) do
-    if (not c.accounts or c.accounts[subject.social_account_id])
-        and (not c.platforms or c.platforms[subject.platform]) then
-      local all = true
-      for _, test in ipairs(c.tests) do
-        if not test(subject) then all = false break end
+  local account, platform = subject.social_account_id, subject.platform
+  for i = 1, #compiled do
+    local c = compiled[i]
+    if (not c.accounts or c.accounts[account]) and (not c.platforms or c.platforms[platform]) then
+      local test = c.test
+      if test then
+        if test(subject) then return c.rule end
+      else
+        local tests, all = c.tests, true
+        for k = 1, #tests do
+          if not tests[k](subject) then all = false break end
+        end
+        if all then return c.rule end
       end
-      if all then return c.rule end
     end
   end
 end

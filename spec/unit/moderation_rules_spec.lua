@@ -168,3 +168,127 @@ describe("rules", function()
     assert.are.same({ "/rules required" }, fields_of({}))
   end)
 end)
+
+-- The rules as they ran before the shared keyword index, the literal prefilter
+-- and the cost order: each key of each rule compiled alone, keywords found one
+-- by one in the spaced text, regexes without prefilter, keys in name order.
+local function reference_first_match(stored, subject)
+  for _, r in ipairs(stored) do
+    local scope = r.scope ~= cjson.null and r.scope or {}
+    local function allows(list, v)
+      if list == nil or list == cjson.null then return true end
+      for _, x in ipairs(list) do if x == v then return true end end
+      return false
+    end
+    if r.enabled and allows(scope.socialAccountIds, subject.social_account_id)
+        and allows(scope.platforms, subject.platform) then
+      local keys = {}
+      for k in pairs(r.match) do keys[#keys + 1] = k end
+      table.sort(keys)
+      local all = true
+      for _, k in ipairs(keys) do
+        local v, holds = r.match[k], nil
+        if k == "keywords" then
+          holds = false
+          for _, word in ipairs(v) do
+            local padded = text_fold.spaced(text_fold.fold(word)):gsub("^ +", " "):gsub(" +$", " ")
+            holds = holds or subject.spaced:find(padded, 1, true) ~= nil
+          end
+        elseif k == "regex" then
+          holds = assert(regex.compile(v, true))(subject.folded)
+        else
+          holds = rules.matcher(k).compile(v)(subject)
+        end
+        if not holds then all = false break end
+      end
+      if all then return r end
+    end
+  end
+end
+
+describe("rule evaluation at speed", function()
+  it("finds regex literals every match must hold, and still matches what the automaton matches", function()
+    for _, case in ipairs {
+      { "fr[e3]{2}\\s*money|w[i1]n\\s+\\$?\\d{3,}", { "get fr3e money", "win 500", "w1n  $300" }, { "free monkey", "window 500", "win" } },
+      { "colou?r", { "colour", "the color red" }, { "colr", "couleur" } },
+      { "(?:win|won)+ big", { "winwon big" }, { "win bigger" == "x" and "" or "winbig" } },
+      { "caf(é|e)", { "café au lait" }, { "caff" } },
+      { "^hi", { "hi there" }, { "oh hi" } },
+      { "bye$", { "good bye" }, { "bye now" } },
+    } do
+      local match, plain = assert(regex.compile(case[1])), assert(regex.compile(case[1], true))
+      for _, t in ipairs(case[2]) do
+        assert.is_true(match(text_fold.fold(t)), case[1] .. " / " .. t)
+        assert.is_true(match(text_fold.fold(t), {}), case[1] .. " / " .. t)
+      end
+      for _, t in ipairs(case[3]) do
+        assert.is_false(match(text_fold.fold(t)), case[1] .. " / " .. t)
+        assert.is_false(plain(text_fold.fold(t)), case[1] .. " / " .. t)
+      end
+    end
+  end)
+
+  it("a set's keyword index and shared finds forget the previous comment", function()
+    local compiled = rules.compile(assert(rules.check({ rules = {
+      rule({ keywords = { "spam", "buy now" } }, { id = "k" }),
+      rule({ regex = "w[i1]n\\s+\\d+" }, { id = "x" }),
+    } })))
+    local function hit(text)
+      local r = rules.first_match(compiled, rules.subject(text, "1", "facebook", "acc_1"))
+      return r and r.id
+    end
+    assert.are.equal("k", hit("Buy now!"))
+    assert.is_nil(hit("buy it now"))
+    assert.are.equal("x", hit("w1n 300"))
+    assert.is_nil(hit("win it"))
+    assert.are.equal("k", hit("SPAM"))
+  end)
+
+  it("random comments against random rules: the same first match as before", function()
+    math.randomseed(14)
+    local WORDS = { "free", "fr3e", "money", "win", "w1n", "300", "buy", "now", "spam", "café", "Crème", "Łódź",
+      "deal", "shop.com", "a@b.io", "+1", "555", "123", "4567", "the", "x", "colour", "color", "!", "naïve", "don't" }
+    local KEYWORDS = { "free", "money", "win", "300", "buy now", "spam", "cafe", "CRÈME", "lodz", "shop.com", "don't" }
+    local function pick(n)
+      local out = {}
+      for i = 1, n do out[i] = WORDS[math.random(#WORDS)] end
+      return out
+    end
+    local PATTERNS = { "fr[e3]{2}\\s*money", "w[i1]n\\s+\\$?\\d{3,}", "colou?r", "^buy", "now$", "caf(e|é) cr",
+      "\\d{3}\\s\\d{4}", "(?:deal|spam)+", "x|y", "s[^p]am", "n.ve" }
+    local KINDS = {
+      function() return { keywords = { KEYWORDS[math.random(#KEYWORDS)], table.concat(pick(2), " ") .. " x" } } end,
+      function() return { keywords = { KEYWORDS[math.random(#KEYWORDS)] } } end,
+      function() return { regex = PATTERNS[math.random(#PATTERNS)] } end,
+      function() return { links = true } end,
+      function() return { emails = true } end,
+      function() return { phones = true } end,
+      function() return { authors = { tostring(math.random(1, 3)) } } end,
+      function() return { maxLength = math.random(5, 40) } end,
+      function() return { minLength = math.random(5, 40) } end,
+    }
+    local checked = 0
+    for _ = 1, 40 do
+      local list = {}
+      for i = 1, math.random(1, 30) do
+        local match = KINDS[math.random(#KINDS)]()
+        if math.random() < 0.3 then
+          for k, v in pairs(KINDS[math.random(#KINDS)]()) do match[k] = v end
+        end
+        local scope = math.random() < 0.2 and { platforms = { "instagram" } } or nil
+        list[i] = { id = "r" .. i, match = match, scope = scope, action = "flag", enabled = math.random() < 0.9 }
+      end
+      local stored = assert(rules.check({ rules = list }))
+      local compiled = rules.compile(stored)
+      for _ = 1, 50 do
+        local text = table.concat(pick(math.random(0, 12)), math.random() < 0.5 and " " or ", ")
+        local args = { text, tostring(math.random(1, 4)), math.random() < 0.5 and "facebook" or "instagram", "acc_1" }
+        local want = reference_first_match(stored, rules.subject(table.unpack(args)))
+        local got = rules.first_match(compiled, rules.subject(table.unpack(args)))
+        assert.are.equal(want and want.id, got and got.id, text)
+        checked = checked + (want and 1 or 0)
+      end
+    end
+    assert.is_true(checked > 200, "too few matches to compare: " .. checked)
+  end)
+end)

@@ -21,19 +21,54 @@ function M.validate(value)
   end
 end
 
--- Each keyword as " its words ", found with one plain find in the
--- comment's spaced words: cheaper than splitting every comment into a set.
-function M.compile(value)
-  local padded = {}
-  for i, k in ipairs(value) do padded[i] = text_fold.spaced(text_fold.fold(k)):gsub("^ +", " "):gsub(" +$", " ") end
-  local n = #padded
-  return function(comment)
-    local spaced = comment.spaced
-    for i = 1, n do
-      if spaced:find(padded[i], 1, true) then return true end
+-- Every keywords rule of a compiled set shares one index: the first word of
+-- each keyword -> the rules (slots) having it, and the whole keyword as
+-- " its words " when it has several. A comment is read once, word by word;
+-- only a word that starts some keyword costs more than a table lookup, so
+-- the cost grows with the comment, not with the number of rules.
+-- compile_set(values) -> tests, tests[i] the test of values[i].
+function M.compile_set(values)
+  local index = {}
+  for slot, value in ipairs(values) do
+    for _, k in ipairs(value) do
+      local spaced = text_fold.spaced(text_fold.fold(k))
+      local first = spaced:match(text_fold.WORD)
+      local entries = index[first] or {}
+      index[first] = entries
+      local whole = spaced:gsub("^ +", " "):gsub(" +$", " ")
+      entries[#entries + 1] = { slot = slot, phrase = whole ~= " " .. first .. " " and whole or nil }
     end
-    return false
   end
+  -- The slots that hold for the comment last asked about: every rule of the
+  -- set asks about one comment in turn, so it is read once. (Kept here
+  -- rather than on the comment: a table lookup beats a rawget call.)
+  local last, found
+  local function read(comment)
+    found = {}
+    for word in comment.folded:gmatch(text_fold.WORD) do
+      local entries = index[word]
+      if entries then
+        for _, e in ipairs(entries) do
+          if not found[e.slot] and (not e.phrase or comment.spaced:find(e.phrase, 1, true)) then
+            found[e.slot] = true
+          end
+        end
+      end
+    end
+    last = comment
+  end
+  local tests = {}
+  for slot = 1, #values do
+    tests[slot] = function(comment)
+      if comment ~= last then read(comment) end
+      return found[slot] == true
+    end
+  end
+  return tests
+end
+
+function M.compile(value)
+  return M.compile_set({ value })[1]
 end
 
 return M
