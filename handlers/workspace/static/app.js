@@ -200,12 +200,10 @@ function sendForm(form, extra) {
     return node;
   }
 
-  function field(label, input, pointer, hint) {
+  function field(label, input, pointer) {
     input.id = input.id || "f" + (++serial);
     input.setAttribute("data-pointer", pointer);
-    return el("div", { className: "field" }, [
-      el("label", { "for": input.id, text: label }, hint ? [el("span", { className: "hint muted", text: " " + hint })] : []),
-      input]);
+    return el("div", { className: "field" }, [el("label", { "for": input.id, text: label }), input]);
   }
 
   function text(value, cls, attrs) {
@@ -247,11 +245,16 @@ function sendForm(form, extra) {
     var lists = function (v) { return Array.isArray(v) ? v.join(", ") : ""; };
     var matchSet = el("fieldset", { "data-pointer": "/match" }, [el("legend", { text: "When the comment…" }),
       el("div", { className: "rule-grid" }, [
-        field("Contains any of the words", text(lists(match.keywords), "rule-keywords"), "/match/keywords", "comma-separated"),
-        field("Matches the regular expression", text(match.regex, "rule-regex", { spellcheck: "false" }), "/match/regex"),
-        field("Is written by", text(lists(match.authors), "rule-authors"), "/match/authors", "platform ids, comma-separated"),
-        field("Is at least", text(match.minLength, "rule-min", { inputmode: "numeric" }), "/match/minLength", "characters"),
-        field("Is at most", text(match.maxLength, "rule-max", { inputmode: "numeric" }), "/match/maxLength", "characters")]),
+        field("Has any of the words", text(lists(match.keywords), "rule-keywords",
+          { placeholder: "comma-separated: refund, scam" }), "/match/keywords"),
+        field("Matches the regex", text(match.regex, "rule-regex", { spellcheck: "false", placeholder: "e.g. \\bfree\\b" }),
+          "/match/regex"),
+        field("Is written by", text(lists(match.authors), "rule-authors",
+          { placeholder: "author ids, comma-separated" }), "/match/authors"),
+        field("Is at least", text(match.minLength, "rule-min", { inputmode: "numeric", placeholder: "characters" }),
+          "/match/minLength"),
+        field("Is at most", text(match.maxLength, "rule-max", { inputmode: "numeric", placeholder: "characters" }),
+          "/match/maxLength")]),
       el("div", { className: "checks" }, FLAGS.map(function (f) {
         return check(f[1], "rule-" + f[0], match[f[0]] === true, null, "/match/" + f[0]);
       }))]);
@@ -340,9 +343,9 @@ function sendForm(form, extra) {
     var note = el("p", { className: "field-error", "data-error-for": pointer, text: message });
     if (!best) return root.insertBefore(note, root.firstChild);
     if (/^(INPUT|SELECT|TEXTAREA)$/.test(best.tagName)) best.setAttribute("aria-invalid", "true");
-    var after = best.closest(".field, label.check") || best;
-    if (after.tagName === "FIELDSET") after.appendChild(note);
-    else after.insertAdjacentElement("afterend", note);
+    var check = best.closest("label.check");
+    if (check) check.insertAdjacentElement("afterend", note);
+    else (best.closest(".field") || (/^(INPUT|SELECT|TEXTAREA)$/.test(best.tagName) ? best.parentNode : best)).appendChild(note);
   }
 
   function showErrors(errors) {
