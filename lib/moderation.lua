@@ -58,6 +58,8 @@ local function check(comment, action, body)
     problem.raise(422, "cannot_hide_own_comment", "The account wrote this comment itself; its own comments cannot be hidden.")
   end
 end
+-- For callers that ask for an action in other ways (the workspace): the same refusals.
+M.check = check
 
 -- Creates the operation of `action` (reply, hide, unhide, delete) on a
 -- comment row (comments.find) that passed check (also each item of a bulk

@@ -5,6 +5,7 @@
 -- operation, or flag (an event, no platform call).
 local json = require "json"
 local text_fold = require "text_fold"
+local fields = require "fields"
 local events = require "events"
 local comments = require "comments"
 local moderation = require "moderation"
@@ -168,6 +169,25 @@ function M.check(body)
   return out
 end
 
+-- The stored rules' scope account ids that are no account of the client's
+-- company and environment, as errors[] entries (a PUT's second check).
+function M.foreign_accounts(client, stored)
+  local errors = {}
+  for i, r in ipairs(stored) do
+    local ids = r.scope ~= json.null and r.scope.socialAccountIds
+    if type(ids) == "table" then
+      for j, id in ipairs(ids) do
+        if not assert(db.query([[SELECT 1 FROM social_accounts WHERE id = $1 AND company_id = $2 AND environment = $3]],
+            id, client.company_id, client.environment))[1] then
+          errors[#errors + 1] = { field = "/rules/" .. (i - 1) .. "/scope/socialAccountIds/" .. (j - 1),
+            code = "invalid_value", message = "No social account of yours with id " .. id .. " in this environment." }
+        end
+      end
+    end
+  end
+  return errors
+end
+
 -- ---------------------------------------------------------------- storage
 
 -- The saved rules of a company and environment ({} when none), and their version (0).
@@ -291,6 +311,34 @@ function M.first_match(compiled, subject)
       end
     end
   end
+end
+
+local TEST_SPEC = {
+  text = { type = "string", required = true, max = 8000 },
+  authorId = { type = "string", min = 1, max = 64 },
+  platform = { type = "string", enum = M.PLATFORMS },
+  socialAccountId = { type = "string", min = 1, max = 64 },
+}
+
+-- What POST /moderation/rules/test answers for a body {text, authorId,
+-- platform, socialAccountId}: the first saved rule that would act on such a
+-- comment (nil for none), or nil and errors[] entries.
+function M.test(client, body)
+  local errors = fields.check(body, TEST_SPEC)
+  if #errors == 0 and body.socialAccountId then
+    local account = assert(db.query([[SELECT platform FROM social_accounts WHERE id = $1 AND company_id = $2
+        AND environment = $3]], body.socialAccountId, client.company_id, client.environment))[1]
+    if not account then
+      errors[1] = { field = "/socialAccountId", code = "invalid_value",
+        message = "No social account of yours with this id in this environment." }
+    elseif body.platform and body.platform ~= account.platform then
+      errors[1] = { field = "/platform", code = "invalid_value", message = "The account is on " .. account.platform .. "." }
+    end
+    body.platform = body.platform or (account and account.platform)
+  end
+  if #errors > 0 then return nil, errors end
+  return M.first_match(M.compiled(client.company_id, client.environment),
+    M.subject(body.text, body.authorId, body.platform, body.socialAccountId))
 end
 
 -- Compiled rules per company and environment, with the version they come

@@ -24,6 +24,7 @@ local function label(status) return (status:gsub("_", " ")) end
 local function readable(iso)
   return iso:sub(1, 10) .. " " .. iso:sub(12, 16) .. " UTC"
 end
+M.readable = readable
 
 -- What a person recognises a post by: its words, else its link.
 local function summary(content)
@@ -34,6 +35,7 @@ local function summary(content)
   end
   return text
 end
+M.summary = summary
 
 local function present_target(t)
   local err = type(t.error) == "table" and t.error or nil

@@ -55,6 +55,7 @@ local NOTICES = {
   post_retried = "The post's failed targets are publishing again; this page shows how it ends.",
   nothing_to_retry = "That post has nothing to retry: only failed or partially published posts can be retried.",
   nothing_connected = "Nothing was connected: no Page or Instagram account was selected.",
+  comment_moderated = "The platform is being asked; the comment shows the outcome once it is done.",
 }
 
 -- A column as people read it: "2026-11-21 10:00 UTC".
@@ -105,6 +106,8 @@ function W:render(name, data, status, extra_headers)
     nav = s and {
       { href = "/workspace/connections", label = "Connections", current = data.section == "connections" },
       { href = "/workspace/posts", label = "Posts", current = data.section == "posts" },
+      { href = "/workspace/comments", label = "Comments", current = data.section == "comments" },
+      { href = "/workspace/rules", label = "Rules", current = data.section == "rules" },
       { href = "/workspace/clients", label = "API clients", current = data.section == "clients" },
     } or nil,
     notice = NOTICES[self.req.query.notice or ""],
@@ -155,6 +158,7 @@ end
 local function url_escape(s)
   return (tostring(s):gsub("[^%w%-%._~/]", function(c) return string.format("%%%02X", c:byte()) end))
 end
+M.url_escape = url_escape
 
 local function serve(fn, mode, req)
   local w = setmetatable({ req = req }, W)
