@@ -121,14 +121,13 @@ static const char *pq_error(PGconn *c, PGresult *res) {
  * expected status, else NULL (logged). */
 static PGresult *exec_sql(runner *r, const char *what, const char *sql, int n, const char *const *vals,
                           ExecStatusType want) {
-    PGconn *c = pg_raw(r->w.pg);
-    if (!c) {
+    PGresult *res = pg_exec(r->w.pg, sql, n, vals);
+    if (!res) {
         warn_db(r, what, "no database connection");
         return NULL;
     }
-    PGresult *res = PQexecParams(c, sql, n, NULL, vals, NULL, NULL, 0);
     if (PQresultStatus(res) != want) {
-        warn_db(r, what, pq_error(c, res));
+        warn_db(r, what, pq_error(NULL, res));
         PQclear(res);
         return NULL;
     }
@@ -651,7 +650,9 @@ static void listen_connect(runner *r) {
     if (r->listen) PQfinish(r->listen);
     /* Bounded, so an unreachable server costs a worker seconds, not minutes. */
     const char *const keys[] = { "dbname", "connect_timeout", NULL };
-    const char *const vals[] = { config_str("database.url"), "5", NULL };
+    /* Directly, not through a transaction-mode pooler, which would hand
+     * the LISTEN's session to others. */
+    const char *const vals[] = { pg_direct_url(), "5", NULL };
     r->listen = PQconnectdbParams(keys, vals, 1);
     PGresult *res = NULL;
     if (PQstatus(r->listen) == CONNECTION_OK) res = PQexec(r->listen, "LISTEN sgw_jobs");
@@ -873,10 +874,8 @@ void jobs_stop(void) {
 }
 
 int jobs_queue_depth(sgw_pg *pg, long long *pending, long long *dead) {
-    PGconn *c = pg_raw(pg);
-    if (!c) return -1;
-    PGresult *res = PQexec(c, "SELECT count(*) FILTER (WHERE status = 'pending'), "
-                              "count(*) FILTER (WHERE status = 'dead') FROM jobs");
+    PGresult *res = pg_exec(pg, "SELECT count(*) FILTER (WHERE status = 'pending'), "
+                                "count(*) FILTER (WHERE status = 'dead') FROM jobs", 0, NULL);
     if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
         PQclear(res);
         return -1;

@@ -213,7 +213,9 @@ static int cmd_migrate(const cli_args *a) {
     if (require_database()) return 2;
     char dir[PATH_MAX + 16];
     snprintf(dir, sizeof dir, "%s/migrations", root);
-    return pg_migrate(config_str("database.url"), dir) == 0 ? 0 : 1;
+    /* Directly: its advisory lock spans transactions, which a pooler in
+     * transaction mode would not keep on one server connection. */
+    return pg_migrate(pg_direct_url(), dir) == 0 ? 0 : 1;
 }
 
 static int init_runtime(void) {

@@ -12,6 +12,20 @@
  *
  * SQL errors are values (nil, message, sqlstate) so that a handler decides
  * what a failing database means for its endpoint; only misuse raises.
+ *
+ * The connection may lead to PgBouncer in transaction pooling mode, where
+ * consecutive transactions may run on different server connections. So
+ * nothing is kept in the session: no SET, no named prepared statement, no
+ * session advisory lock (migrate, which needs one, connects directly). The
+ * settings a statement needs (time zone, statement_timeout) are sent as
+ * transaction-local ones with every statement that starts a transaction, in
+ * the same round trip (a libpq pipeline).
+ *
+ * A worker may also have a read replica (database.read_url) for the reads
+ * Lua marks as lag-tolerant (db.read_query). Its lag is checked at most
+ * every REPLICA_CHECK_MS; a replica that is behind by more than
+ * database.max_replica_lag_ms, or unreachable, is skipped and the read goes
+ * to the primary.
  */
 #include "sgw.h"
 
@@ -35,6 +49,25 @@
 /* The advisory lock that serialises concurrent `sgw migrate` runs ("sgw-migr"). */
 #define MIGRATE_LOCK_KEY      8315746273955768178LL
 #define RESULT_MT             "sgw.pg.result"
+/* How long a replica's measured lag is trusted before measuring again
+ * (at most half of database.max_replica_lag_ms). */
+#define REPLICA_CHECK_MS      1000
+/* Sent in the same round trip ahead of every statement that starts a
+ * transaction: the settings hold for that transaction only. */
+#define TX_SETTINGS_SQL \
+    "SELECT set_config('TimeZone', 'UTC', true), set_config('statement_timeout', $1, true)"
+/* How far the replica's replay is behind, in milliseconds: 0 while its WAL
+ * receiver runs and it has replayed everything received; otherwise the age
+ * of the last replayed transaction (an idle primary writes none, so this
+ * overstates the lag then, which only sends reads to the primary). NULL
+ * (never replayed anything) counts as too far behind. A server that is not
+ * in recovery is a primary: never behind. */
+#define REPLICA_LAG_SQL \
+    "SELECT CASE WHEN NOT pg_is_in_recovery() THEN 0 " \
+    "WHEN EXISTS (SELECT 1 FROM pg_stat_wal_receiver) " \
+    " AND pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0 " \
+    "ELSE (extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp()) " \
+    "      * 1000)::bigint END"
 
 #define OID_BOOL    16
 #define OID_INT8    20
@@ -54,6 +87,11 @@ struct sgw_pg {
     int       failed;            /* the last connection attempt failed */
     uint64_t  failed_at_ms;
     char      last_error[512];
+    /* The read replica, when database.read_url is set (NULL otherwise). */
+    sgw_pg   *replica;
+    int       replica_usable;    /* as of the last check */
+    int       replica_logged;    /* the state last logged: 1 used, 0 skipped, -1 none yet */
+    uint64_t  replica_checked_at;
 };
 
 /* Why a statement did not succeed, in the shape Lua receives it. */
@@ -106,6 +144,7 @@ static PGconn *connect_session(const char *conninfo, const char *setup_sql, int 
         return NULL;
     }
     if (log_notices) PQsetNoticeReceiver(c, notice_to_log, NULL);
+    if (!setup_sql) return c;
     PGresult *r = PQexec(c, setup_sql);
     if (PQresultStatus(r) != PGRES_COMMAND_OK) {
         snprintf(err, errlen, "setting up the session failed: %s",
@@ -137,12 +176,8 @@ static int ensure_connected(sgw_pg *pg, pg_failure *f) {
         set_failure(f, "08001", "database unavailable: %s", pg->last_error);
         return -1;
     }
-    char setup[128];
-    long long timeout = config_int("database.statement_timeout_ms");
-    snprintf(setup, sizeof setup, "SET TIME ZONE 'UTC'; SET statement_timeout = %lld",
-             timeout > 0 ? timeout : 0);
     char err[512];
-    pg->conn = connect_session(pg->conninfo, setup, 1, err, sizeof err);
+    pg->conn = connect_session(pg->conninfo, NULL, 1, err, sizeof err);
     if (!pg->conn) {
         if (!pg->failed) log_msg(LOG_WARN, "db_connect_failed", "%s", err);
         pg->failed = 1;
@@ -165,6 +200,58 @@ static void failure_from_result(pg_failure *f, PGresult *r, PGconn *c) {
     set_failure(f, state, "%s", msg);
 }
 
+/* Reads what one pipelined query produced: its result (NULL when the
+ * connection gave none) and the NULL that ends it. */
+static PGresult *pipeline_result(PGconn *c) {
+    PGresult *r = PQgetResult(c);
+    if (!r) return NULL;
+    PGresult *extra;
+    while ((extra = PQgetResult(c))) PQclear(extra);   /* only after an error */
+    return r;
+}
+
+static void drop_connection(sgw_pg *pg);
+
+/* PQexecParams on pg's connection, plus the transaction settings when the
+ * statement starts a transaction (see the heading). Like PQexecParams it
+ * returns a result to inspect, NULL only when out of memory. A connection
+ * that broke half-way through the pipeline is dropped, so that nothing
+ * later reads an answer meant for another statement. */
+static PGresult *exec_params(sgw_pg *pg, const char *sql, int n, const char *const *vals) {
+    PGconn *c = pg->conn;
+    if (PQtransactionStatus(c) != PQTRANS_IDLE || !PQenterPipelineMode(c))
+        return PQexecParams(c, sql, n, NULL, vals, NULL, NULL, 0);
+    char timeout[32];
+    long long ms = config_int("database.statement_timeout_ms");
+    snprintf(timeout, sizeof timeout, "%lld", ms > 0 ? ms : 0);
+    const char *const tv[1] = { timeout };
+    PGresult *settings = NULL, *r = NULL;
+    int synced = 0;
+    if (PQsendQueryParams(c, TX_SETTINGS_SQL, 1, NULL, tv, NULL, NULL, 0) &&
+        PQsendQueryParams(c, sql, n, NULL, vals, NULL, NULL, 0) && PQpipelineSync(c)) {
+        settings = pipeline_result(c);
+        r = pipeline_result(c);
+        PGresult *sync = PQgetResult(c);
+        synced = PQresultStatus(sync) == PGRES_PIPELINE_SYNC;
+        PQclear(sync);
+    }
+    if (settings && PQresultStatus(settings) != PGRES_TUPLES_OK) {
+        PQclear(r);                  /* the statement was skipped: say why */
+        r = settings;
+        settings = NULL;
+    }
+    PQclear(settings);
+    if (!r) r = PQmakeEmptyPGresult(c, PGRES_FATAL_ERROR);
+    if (!synced || !PQexitPipelineMode(c)) {
+        if (r && PQresultStatus(r) != PGRES_FATAL_ERROR) {
+            PQclear(r);
+            r = PQmakeEmptyPGresult(c, PGRES_FATAL_ERROR);
+        }
+        drop_connection(pg);
+    }
+    return r;
+}
+
 /* Runs one statement. Returns the result of a successful statement (the
  * caller clears it), or NULL with f filled in. */
 static PGresult *run(sgw_pg *pg, const char *sql, int nparams, const char *const *vals,
@@ -172,7 +259,7 @@ static PGresult *run(sgw_pg *pg, const char *sql, int nparams, const char *const
     for (int attempt = 0;; attempt++) {
         if (ensure_connected(pg, f)) return NULL;
         PGTransactionStatusType before = PQtransactionStatus(pg->conn);
-        PGresult *r = PQexecParams(pg->conn, sql, nparams, NULL, vals, NULL, NULL, 0);
+        PGresult *r = exec_params(pg, sql, nparams, vals);
         ExecStatusType st = PQresultStatus(r);
         if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK || st == PGRES_EMPTY_QUERY) return r;
         if (st == PGRES_COPY_IN || st == PGRES_COPY_OUT || st == PGRES_COPY_BOTH) {
@@ -219,8 +306,76 @@ sgw_pg *pg_open(const char *conninfo) {
 void pg_close(sgw_pg *pg) {
     if (!pg) return;
     drop_connection(pg);
+    pg_close(pg->replica);
     free(pg->conninfo);
     free(pg);
+}
+
+int pg_set_replica(sgw_pg *pg, const char *conninfo) {
+    if (!pg || !conninfo || !*conninfo) return 0;
+    pg_close(pg->replica);
+    pg->replica = pg_open(conninfo);
+    pg->replica_usable = 0;
+    pg->replica_logged = -1;
+    pg->replica_checked_at = 0;
+    return pg->replica ? 0 : -1;
+}
+
+const char *pg_direct_url(void) {
+    const char *url = config_str("database.listen_url");
+    return *url ? url : config_str("database.url");
+}
+
+struct pg_result *pg_exec(sgw_pg *pg, const char *sql, int n, const char *const *vals) {
+    pg_failure f;
+    if (!pg || ensure_connected(pg, &f)) return NULL;
+    return (struct pg_result *)exec_params(pg, sql, n, vals);
+}
+
+/* Remembers whether the replica may serve reads; logs and counts only the
+ * changes, so that a replica down for an hour writes two lines, not one per
+ * check. */
+static void note_replica(sgw_pg *pg, int usable, long long lag_ms, const char *why) {
+    pg->replica_usable = usable;
+    metrics_gauge("sgw_db_replica_usable", NULL, usable);
+    if (lag_ms >= 0) metrics_gauge("sgw_db_replica_lag_ms", NULL, (double)lag_ms);
+    if (pg->replica_logged == usable) return;
+    if (usable) {
+        log_msg(LOG_INFO, "db_replica_used", "lag-tolerant reads go to the read replica "
+                "(%lld ms behind)", lag_ms);
+    } else if (lag_ms >= 0) {
+        log_msg(LOG_WARN, "db_replica_skipped", "the read replica is %lld ms behind (more than "
+                "database.max_replica_lag_ms); reads go to the primary", lag_ms);
+    } else {
+        log_msg(LOG_WARN, "db_replica_skipped", "the read replica cannot serve (%s); reads go "
+                "to the primary", why ? why : "its lag is unknown");
+    }
+    if (pg->replica_logged != -1 || !usable)
+        metrics_count("sgw_db_replica_transitions_total", usable ? "to=\"replica\"" : "to=\"primary\"", 1);
+    pg->replica_logged = usable;
+}
+
+/* Where a lag-tolerant read goes: the replica while it is close enough
+ * behind, else the primary. Inside a transaction always the primary: the
+ * transaction's reads belong with its writes. */
+static sgw_pg *read_target(sgw_pg *pg) {
+    sgw_pg *rep = pg->replica;
+    if (!rep || pg_in_transaction(pg)) return pg;
+    long long max_lag = config_int("database.max_replica_lag_ms");
+    uint64_t every = max_lag / 2 < REPLICA_CHECK_MS ? (uint64_t)(max_lag > 0 ? max_lag / 2 : 0)
+                                                    : REPLICA_CHECK_MS;
+    uint64_t now = clock_mono_ms();
+    if (pg->replica_logged == -1 || now - pg->replica_checked_at >= every) {
+        pg->replica_checked_at = now;
+        pg_failure f;
+        long long lag = -1;
+        PGresult *r = run(rep, REPLICA_LAG_SQL, 0, NULL, &f);
+        if (r && PQntuples(r) == 1 && !PQgetisnull(r, 0, 0)) lag = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+        note_replica(pg, lag >= 0 && lag <= max_lag, lag,
+                     r ? "it has not replayed any transaction yet" : f.message);
+        PQclear(r);
+    }
+    return pg->replica_usable ? rep : pg;
 }
 
 int pg_ping(sgw_pg *pg) {
@@ -296,6 +451,12 @@ static int push_not_configured(lua_State *L) {
 static int unavailable_state(const char *s) {
     return strncmp(s, "08", 2) == 0 || strncmp(s, "53", 2) == 0 ||
            strcmp(s, "57P01") == 0 || strcmp(s, "57P02") == 0 || strcmp(s, "57P03") == 0;
+}
+
+/* A replica's failure that the primary would not have: it is down, or it
+ * cancelled the read for a conflict with recovery (40001). */
+static int replica_only_failure(const char *s) {
+    return unavailable_state(s) || strcmp(s, "40001") == 0 || strcmp(s, "57014") == 0;
 }
 
 #define UNAVAILABLE "database unavailable"
@@ -425,13 +586,34 @@ static void push_rows(lua_State *L, PGresult *r) {
     }
 }
 
-/* db.query and db.exec share everything but the shape of the answer. */
-static int db_run(lua_State *L, int want_rows) {
+typedef enum { RUN_EXEC, RUN_QUERY, RUN_READ } run_kind;
+
+/* Runs a lag-tolerant read on the replica when it may serve, else (or when
+ * the replica fails where the primary would not) on the primary. */
+static PGresult *run_read(sgw_pg *pg, const char *sql, int n, const char *const *vals,
+                          pg_failure *f) {
+    sgw_pg *target = read_target(pg);
+    if (target != pg) {
+        PGresult *r = run(target, sql, n, vals, f);
+        if (r || !replica_only_failure(f->sqlstate)) {
+            metrics_count("sgw_db_reads_total", "target=\"replica\"", 1);
+            return r;
+        }
+        note_replica(pg, 0, -1, f->message);
+    }
+    metrics_count("sgw_db_reads_total", "target=\"primary\"", 1);
+    return run(pg, sql, n, vals, f);
+}
+
+/* db.query, db.read_query and db.exec share everything but the connection
+ * and the shape of the answer. */
+static int db_run(lua_State *L, run_kind kind) {
+    static const char *const names[] = { "exec", "query", "read_query" };
     luaL_checkstring(L, 1);
+    int want_rows = kind != RUN_EXEC;
     int n = lua_gettop(L) - 1;      /* gettop, so trailing nils count */
     if (n > MAX_PARAMS)
-        return luaL_error(L, "db.%s: at most %d parameters", want_rows ? "query" : "exec",
-                          MAX_PARAMS);
+        return luaL_error(L, "db.%s: at most %d parameters", names[kind], MAX_PARAMS);
     sgw_pg *pg = upvalue_pg(L);
     if (!pg) return push_not_configured(L);
 
@@ -443,7 +625,8 @@ static int db_run(lua_State *L, int want_rows) {
     res_box *box = lua_newuserdatauv(L, sizeof *box, 0);
     box->res = NULL;
     luaL_setmetatable(L, RESULT_MT);
-    box->res = run(pg, lua_tostring(L, 1), n, vals, &f);
+    box->res = kind == RUN_READ ? run_read(pg, lua_tostring(L, 1), n, vals, &f)
+                                : run(pg, lua_tostring(L, 1), n, vals, &f);
     if (!box->res) return push_failure(L, &f);
 
     if (want_rows) {
@@ -462,23 +645,34 @@ static int db_run(lua_State *L, int want_rows) {
 static int db_query_k(lua_State *L, int status, lua_KContext ctx) {
     (void)status;
     (void)ctx;
-    return db_run(L, 1);
+    return db_run(L, RUN_QUERY);
+}
+
+static int db_read_query_k(lua_State *L, int status, lua_KContext ctx) {
+    (void)status;
+    (void)ctx;
+    return db_run(L, RUN_READ);
 }
 
 static int db_exec_k(lua_State *L, int status, lua_KContext ctx) {
     (void)status;
     (void)ctx;
-    return db_run(L, 0);
+    return db_run(L, RUN_EXEC);
 }
 
 static int db_query(lua_State *L) {
     SGW_MIGRATE_IF_SOCKET(L, db_query_k);
-    return db_run(L, 1);
+    return db_run(L, RUN_QUERY);
+}
+
+static int db_read_query(lua_State *L) {
+    SGW_MIGRATE_IF_SOCKET(L, db_read_query_k);
+    return db_run(L, RUN_READ);
 }
 
 static int db_exec(lua_State *L) {
     SGW_MIGRATE_IF_SOCKET(L, db_exec_k);
-    return db_run(L, 0);
+    return db_run(L, RUN_EXEC);
 }
 
 static int db_in_transaction(lua_State *L) {
@@ -604,6 +798,7 @@ static int db_transaction(lua_State *L) {
 void lapi_db_open(lua_State *L, sgw_worker *w) {
     static const luaL_Reg funcs[] = {
         { "query", db_query },
+        { "read_query", db_read_query },
         { "exec", db_exec },
         { "transaction", db_transaction },
         { "in_transaction", db_in_transaction },
@@ -615,7 +810,7 @@ void lapi_db_open(lua_State *L, sgw_worker *w) {
     }
     lua_pop(L, 1);
 
-    lua_createtable(L, 0, 5);
+    lua_createtable(L, 0, 6);
     lua_pushlightuserdata(L, w);
     /* JSON parameters and json/jsonb columns go through lua-cjson, which
      * the host links in. */

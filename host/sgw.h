@@ -111,6 +111,11 @@ typedef struct sgw_worker {
  * reconnecting on use after a failure. */
 sgw_pg *pg_open(const char *conninfo);             /* never NULL; connects lazily */
 void    pg_close(sgw_pg *pg);
+/* database.read_url: the replica db.read_query may use (0 ok). */
+int     pg_set_replica(sgw_pg *pg, const char *conninfo);
+/* database.listen_url, or database.url when that is empty: the direct
+ * connection for what needs a session (LISTEN, migrate's lock). */
+const char *pg_direct_url(void);
 int     pg_ping(sgw_pg *pg);                       /* 0 when the server answers */
 int     pg_in_transaction(sgw_pg *pg);        /* 1 inside BEGIN..COMMIT */
 /* After every request or job: roll back a transaction left open. */
@@ -119,12 +124,17 @@ void    pg_reset_session(sgw_pg *pg);
  * transaction, under an advisory lock. Prints progress; 0 ok. */
 int     pg_migrate(const char *conninfo, const char *dir);
 int     pg_pending_migrations(const char *conninfo, const char *dir, char *first, size_t cap);
-/* Global `db` (see docs/host-api.md): db.query, db.exec, db.transaction,
+/* Global `db` (see docs/host-api.md): db.query, db.read_query, db.exec, db.transaction,
  * db.in_transaction, db.null. */
 void    lapi_db_open(lua_State *L, sgw_worker *w);
 /* For the admin listener and the job runner, which run SQL of their own. */
 struct pg_conn;
 struct pg_conn *pg_raw(sgw_pg *pg);                /* PGconn*, connected or NULL */
+/* PQexecParams on pg's connection (connected first) with the transaction
+ * settings db.* statements get: a PGresult* to inspect and clear, NULL when
+ * there is no connection. */
+struct pg_result;
+struct pg_result *pg_exec(sgw_pg *pg, const char *sql, int n, const char *const *vals);
 
 /* ----------------------------------------------------------------- redis.c */
 sgw_redis *redis_open(const char *url);            /* never NULL; connects lazily */

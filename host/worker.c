@@ -100,6 +100,10 @@ int worker_init(sgw_worker *w, int id, const char *role, char *err, size_t errle
     w->role = role;
     const char *db = config_str("database.url");
     if (*db) w->pg = pg_open(db);
+    if (w->pg && pg_set_replica(w->pg, config_str("database.read_url"))) {
+        snprintf(err, errlen, "out of memory opening the read replica");
+        return -1;
+    }
     const char *rd = config_str("redis.url");
     if (*rd) w->redis = redis_open(rd);
     return luart_refresh(w, err, errlen);

@@ -64,7 +64,7 @@ end
 
 -- Connected accounts (active and reconnect_required), never disconnected ones.
 function M.list_connected(client)
-  local rows = assert(db.query("SELECT " .. COLUMNS .. [[ FROM social_accounts
+  local rows = assert(db.read_query("SELECT " .. COLUMNS .. [[ FROM social_accounts
       WHERE company_id = $1 AND environment = $2 AND status IN ('active', 'reconnect_required')
       ORDER BY connected_at, id]], client.company_id, client.environment))
   local out = {}

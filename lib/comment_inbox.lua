@@ -105,7 +105,7 @@ function M.list(client, f)
         AND ($12::timestamptz IS NULL OR (c.created_at, c.id) ]] .. (newest and "<" or ">") .. [[ ($12::timestamptz, $13))
       ORDER BY c.created_at ]] .. (newest and "DESC" or "ASC") .. ", c.id " .. (newest and "DESC" or "ASC")
     .. " LIMIT $14"
-  local rows = assert(db.query(sql, client.company_id, client.environment, f.social_account_id, f.platform, f.post_id,
+  local rows = assert(db.read_query(sql, client.company_id, client.environment, f.social_account_id, f.platform, f.post_id,
     f.is_hidden, f.is_deleted, f.is_from_account, f.since, f["until"], f.pattern,
     f.after and f.after.t, f.after and f.after.id, f.limit + 1))
   local next_cursor

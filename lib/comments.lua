@@ -3,6 +3,7 @@
 local json = require "json"
 local sqltime = require "sqltime"
 local events = require "events"
+local reads = require "reads"
 
 local M = {}
 
@@ -233,11 +234,20 @@ function M.announce(created, changed)
 end
 
 -- A comment of the caller's company and environment, or nil.
+local function find_sql()
+  return "SELECT " .. M.select_list("") .. [[ FROM comments
+      WHERE id = $1 AND company_id = $2 AND environment = $3]]
+end
+
 function M.find(client, id)
   if type(id) ~= "string" or #id > 64 then return nil end
-  local rows = assert(db.query("SELECT " .. M.select_list("") .. [[ FROM comments
-      WHERE id = $1 AND company_id = $2 AND environment = $3]], id, client.company_id, client.environment))
-  return rows[1]
+  return assert(db.query(find_sql(), id, client.company_id, client.environment))[1]
+end
+
+-- M.find for GETs, which tolerate a little lag (lib/reads.lua).
+function M.read(client, id)
+  if type(id) ~= "string" or #id > 64 then return nil end
+  return (reads.one(find_sql(), id, client.company_id, client.environment))
 end
 
 -- One page of a post's comments, oldest first (created_at, id), after the
@@ -245,7 +255,7 @@ end
 -- position after the last one when more follow, else nil.
 function M.list(client, post_id, after, limit)
   -- Qualified names: the output column created_at is the formatted text.
-  local rows = assert(db.query("SELECT " .. M.select_list("c.") .. ", " .. sqltime.exact("c.created_at", "position_t") .. [[
+  local rows = assert(db.read_query("SELECT " .. M.select_list("c.") .. ", " .. sqltime.exact("c.created_at", "position_t") .. [[
       FROM comments c
       WHERE c.post_id = $1 AND c.company_id = $2 AND c.environment = $3
         AND ($4::timestamptz IS NULL OR (c.created_at, c.id) > ($4::timestamptz, $5))

@@ -5,6 +5,7 @@ local jobs = require "jobs"
 local sqltime = require "sqltime"
 local operations = require "operations"
 local events = require "events"
+local reads = require "reads"
 
 local M = {}
 
@@ -36,8 +37,9 @@ function M.present_target(t)
   }
 end
 
-function M.targets_of(post_id)
-  return assert(db.query("SELECT " .. TARGET_COLUMNS .. " FROM post_targets WHERE post_id = $1 ORDER BY position", post_id))
+function M.targets_of(post_id, query)
+  return assert((query or db.query)("SELECT " .. TARGET_COLUMNS .. " FROM post_targets WHERE post_id = $1 ORDER BY position",
+    post_id))
 end
 
 function M.present(p, targets)
@@ -52,11 +54,18 @@ end
 
 -- A post of the caller's company and environment, or nil (another
 -- company's post is as absent as a missing one).
+local FIND_SQL = "SELECT " .. POST_COLUMNS .. [[ FROM posts
+      WHERE id = $1 AND company_id = $2 AND environment = $3]]
+
 function M.find(client, id, for_update)
-  local rows = assert(db.query("SELECT " .. POST_COLUMNS .. [[ FROM posts
-      WHERE id = $1 AND company_id = $2 AND environment = $3]] .. (for_update and " FOR UPDATE" or ""),
-    id, client.company_id, client.environment))
+  local rows = assert(db.query(FIND_SQL .. (for_update and " FOR UPDATE" or ""), id, client.company_id, client.environment))
   return rows[1]
+end
+
+-- M.find for GETs, which tolerate a little lag (lib/reads.lua): the post and
+-- the query function to read its targets with.
+function M.read(client, id)
+  return reads.one(FIND_SQL, id, client.company_id, client.environment)
 end
 
 local function enqueue_target(target_id, run_at)
@@ -132,7 +141,7 @@ end
 -- ids after the position `after` ({t, id} from a cursor, or nil), and the
 -- position after the last one when more follow.
 function M.page(client, status, after, limit)
-  local rows = assert(db.query("SELECT id, " .. sqltime.exact("created_at", "position_t") .. [[ FROM posts
+  local rows = assert(db.read_query("SELECT id, " .. sqltime.exact("created_at", "position_t") .. [[ FROM posts
       WHERE company_id = $1 AND environment = $2 AND ($3::text IS NULL OR status = $3)
         AND ($4::timestamptz IS NULL OR (created_at, id) < ($4::timestamptz, $5))
       ORDER BY created_at DESC, id DESC LIMIT $6]],

@@ -3,7 +3,7 @@ local problem = require "problem"
 local comments = require "comments"
 
 return function(req, ctx)
-  local row = comments.find(ctx.client, req.params.commentId)
+  local row = comments.read(ctx.client, req.params.commentId)
   if not row then problem.raise(404, "not_found", "No comment with this id.") end
   return 200, comments.present(row)
 end

@@ -15,7 +15,7 @@ return function(req, ctx)
     after = cursor.decode(q.cursor, { t = "time", id = "id" })
     if not after then problem.raise(400, "invalid_cursor", "The cursor is not one this API gave out.") end
   end
-  if not posts.find(ctx.client, req.params.postId) then problem.raise(404, "not_found", "No post with this id.") end
+  if not posts.read(ctx.client, req.params.postId) then problem.raise(404, "not_found", "No post with this id.") end
   local rows, next_position = comments.list(ctx.client, req.params.postId, after, limit)
   local data = {}
   for i, r in ipairs(rows) do data[i] = comments.present(r) end

@@ -3,7 +3,7 @@ local problem = require "problem"
 local posts = require "posts"
 
 return function(req, ctx)
-  local post = posts.find(ctx.client, req.params.postId)
+  local post, query = posts.read(ctx.client, req.params.postId)
   if not post then problem.raise(404, "not_found", "No post with this id.") end
-  return 200, posts.present(post)
+  return 200, posts.present(post, posts.targets_of(post.id, query))
 end

@@ -22,7 +22,8 @@ return function(req, ctx)
   local ids, next_position = posts.page(ctx.client, q.status, after, limit)
   local data = {}
   for i, id in ipairs(ids) do
-    data[i] = posts.present(posts.find(ctx.client, id))
+    local post, query = posts.read(ctx.client, id)
+    data[i] = posts.present(post, posts.targets_of(id, query))
   end
   return 200, { data = json.array(data), nextCursor = next_position and cursor.encode(next_position) or json.null }
 end

@@ -11,7 +11,8 @@ local M = {}
 
 M.APP_SECRET = "spec-app-secret-" .. math.random(1, 1e9)
 
---- Starts the fake Graph API and sgw (opts.name, opts.set: more settings).
+--- Starts the fake Graph API and sgw (opts.name, opts.set: more settings,
+--- opts.database_url: a database of one's own instead of a fresh one).
 --- Returns { fake, sgw, sql(q), count(q), run_job(kind) }.
 function M.start(opts)
   -- "Require App Secret": every call sgw makes must carry appsecret_proof.
@@ -34,7 +35,7 @@ function M.start(opts)
   }
   fake:https_settings(set)
   for k, v in pairs(opts.set or {}) do set[k] = v end
-  local sgw = stack.start_sgw { name = opts.name, set = set }
+  local sgw = stack.start_sgw { name = opts.name, set = set, database_url = opts.database_url }
   fake.control("POST", "webhooks", { callback_url = sgw.base_url .. "/webhooks/meta", app_secret = M.APP_SECRET })
   local env = { fake = fake, sgw = sgw }
   --- Kills sgw (SIGKILL, as a crash) and starts another on the same database;
@@ -43,6 +44,13 @@ function M.start(opts)
     env.sgw:kill()
     env.sgw = stack.start_sgw { name = opts.name, set = set, database_url = env.sgw.database_url }
     fake.control("POST", "webhooks", { callback_url = env.sgw.base_url .. "/webhooks/meta", app_secret = M.APP_SECRET })
+  end
+  --- Another sgw on the same database (more settings in extra_set).
+  function env.another(extra_set)
+    local s = {}
+    for k, v in pairs(set) do s[k] = v end
+    for k, v in pairs(extra_set or {}) do s[k] = v end
+    return stack.start_sgw { name = opts.name, set = s, database_url = env.sgw.database_url }
   end
   function env.sql(q) return stack.psql(env.sgw.database_url, q) end
   function env.count(q) return tonumber(env.sql(q)) end
