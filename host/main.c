@@ -376,7 +376,7 @@ static int cmd_lua(const cli_args *a) {
  * when it has. Says once (log, systemd STATUS) what it waits for. */
 static int check_schema(const char *dir, int *reported) {
     char first[256];
-    int pending = pg_pending_migrations(config_str("database.url"), dir, first, sizeof first);
+    int pending = pg_pending_migrations(pg_direct_url(), dir, first, sizeof first);
     if (pending == 0) {
         atomic_store(&sgw_schema_current, 1);
         if (*reported) log_msg(LOG_INFO, "migrations", "the database is migrated; ready");

@@ -1126,7 +1126,8 @@ int pg_migrate(const char *conninfo, const char *dir) {
 }
 
 /* How many of dir's migrations the database has not applied (0: current),
- * or -1 when that cannot be told (no connection, unreadable directory).
+ * asked over conninfo (the direct connection: its setup would stay behind
+ * on a pooled one), or -1 when that cannot be told (no connection, unreadable directory).
  * `first` gets the name of the first missing one. A database that was never
  * migrated has no schema_migrations: every file is missing. */
 int pg_pending_migrations(const char *conninfo, const char *dir, char *first, size_t cap) {
