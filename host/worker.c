@@ -100,8 +100,7 @@ int worker_init(sgw_worker *w, int id, const char *role, char *err, size_t errle
     w->role = role;
     const char *db = config_str("database.url");
     if (*db) w->pg = pg_open(db);
-    const char *rd = config_str("redis.url");
-    if (*rd) w->redis = redis_open(rd);
+    if (redis_configured()) w->redis = redis_open(config_str("redis.url"));
     return luart_refresh(w, err, errlen);
 }
 
