@@ -76,7 +76,13 @@ if granted > 0 or give > 0 then
   end
 end
 local epoch = 0
-if KEYS[2] then epoch = math.floor(tonumber(redis.call('GET', KEYS[2])) or 0) end
+if KEYS[2] then
+  local e = redis.call('GET', KEYS[2])
+  -- Created when missing: while a cluster moves a slot, a script whose keys
+  -- are only partly there is refused (TRYAGAIN).
+  if not e then redis.call('SET', KEYS[2], '0') end
+  epoch = math.floor(tonumber(e) or 0)
+end
 return { allowed, math.floor((window - (tat - now)) / interval), tat - now, wait, epoch, granted }
 ]]
 

@@ -14,6 +14,9 @@ describe("ratelimit", function()
       local e = store[key]
       if e and e.expires_us and e.expires_us <= now_us then store[key], e = nil, nil end
       return e and e.value or false
+    elseif cmd == "SET" and px == nil then
+      store[key] = { value = value }
+      return "OK"
     elseif cmd == "SET" then
       assert.equal("PX", px)
       assert.is_true(tonumber(ms) >= 1)
