@@ -32,9 +32,8 @@
 #define MAX_NODES      1024
 
 struct sgw_cluster {
-    sgw_redis **nodes;             /* seeds first, then nodes the map named */
+    sgw_redis **nodes;             /* seeds first, then nodes the map or a redirection named */
     int         nnodes, cap;
-    int         nseeds;
     short       slot_node[SLOTS];  /* index into nodes; -1 unknown */
     int         stale;             /* read the map again before the next command */
     uint64_t    refreshed_ms;
@@ -130,6 +129,27 @@ static uint64_t mono_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+/* Adds a node; its index, or -1 (and n closed) when there is no room. */
+static int add_node(sgw_cluster *c, sgw_redis *n)
+{
+    if (c->nnodes >= MAX_NODES) {
+        redis_close(n);
+        return -1;
+    }
+    if (c->nnodes == c->cap) {
+        int cap = c->cap ? c->cap * 2 : 8;
+        sgw_redis **grown = realloc(c->nodes, (size_t)cap * sizeof *grown);
+        if (grown == NULL) {
+            redis_close(n);
+            return -1;
+        }
+        c->nodes = grown;
+        c->cap = cap;
+    }
+    c->nodes[c->nnodes] = n;
+    return c->nnodes++;
+}
+
 /* The index of the node at host:port, added (with the seeds' credentials)
  * when new; -1 when it cannot be. */
 static int node_index(sgw_cluster *c, const char *host, size_t hlen, int port)
@@ -137,21 +157,8 @@ static int node_index(sgw_cluster *c, const char *host, size_t hlen, int port)
     for (int i = 0; i < c->nnodes; i++)
         if (redis_node_is(c->nodes[i], host, hlen, port))
             return i;
-    if (c->nnodes >= MAX_NODES)
-        return -1;
-    if (c->nnodes == c->cap) {
-        int cap = c->cap ? c->cap * 2 : 8;
-        sgw_redis **grown = realloc(c->nodes, (size_t)cap * sizeof *grown);
-        if (grown == NULL)
-            return -1;
-        c->nodes = grown;
-        c->cap = cap;
-    }
     sgw_redis *n = redis_node_like(c->nodes[0], host, hlen, port);
-    if (n == NULL)
-        return -1;
-    c->nodes[c->nnodes] = n;
-    return c->nnodes++;
+    return n ? add_node(c, n) : -1;
 }
 
 sgw_cluster *redis_cluster_open(const char *seeds)
@@ -167,34 +174,23 @@ sgw_cluster *redis_cluster_open(const char *seeds)
     c->stale = 1;
     for (const char *p = seeds; *p;) {
         size_t n = strcspn(p, ",");
-        while (n && isspace((unsigned char)*p)) {
-            p++;
-            n--;
-        }
-        size_t m = n;
-        while (m && isspace((unsigned char)p[m - 1]))
-            m--;
-        if (m) {
-            char *url = strndup(p, m);
-            sgw_redis **grown = c->nnodes == c->cap
-                                    ? realloc(c->nodes, (size_t)(c->cap ? c->cap * 2 : 8) * sizeof *grown)
-                                    : c->nodes;
-            if (url == NULL || grown == NULL) {
+        const char *from = p, *to = p + n;
+        while (from < to && isspace((unsigned char)*from))
+            from++;
+        while (to > from && isspace((unsigned char)to[-1]))
+            to--;
+        if (to > from) {
+            char *url = strndup(from, (size_t)(to - from));
+            if (url == NULL || add_node(c, redis_open_node(url)) < 0) {
                 log_msg(LOG_ERROR, "redis_cluster", "out of memory");
                 abort();
             }
-            if (grown != c->nodes) {
-                c->nodes = grown;
-                c->cap = c->cap ? c->cap * 2 : 8;
-            }
-            c->nodes[c->nnodes++] = redis_open_node(url);
             free(url);
         }
         p += n;
         if (*p == ',')
             p++;
     }
-    c->nseeds = c->nnodes;
     if (c->nnodes == 0)
         log_msg(LOG_ERROR, "redis_config", "redis.cluster_urls names no node");
     return c;
@@ -353,19 +349,23 @@ redisReply *redis_cluster_command(sgw_cluster *c, int slot, int argc, const char
         rep = send_to(n, asking, argc, argv, lens, err);
         asking = 0;
         if (rep == NULL) {
-            /* The node may have failed over: read the map again. Keyless
-             * commands try another node at once. */
+            /* The node may have failed over: read the map again, and try
+             * the slot's new node at once (keyless commands: the next
+             * node). Unchanged, the slot is down. */
             c->stale = 1;
             atomic_store(&c->healthy, 0);
-            if (slot >= 0)
+            sgw_redis *next = node_for(c, slot);
+            if (slot >= 0 && next == n)
                 return NULL;
-            n = node_for(c, -1);
+            n = next;
             continue;
         }
         if (!is_redirect(rep)) {
             atomic_store(&c->healthy, 1);
             return rep;
         }
+        if (hop + 1 == MAX_HOPS)
+            break;                   /* still redirected: the caller sees the error */
         int moved_slot = slot;
         if (error_is(rep, "MOVED") || error_is(rep, "ASK")) {
             asking = error_is(rep, "ASK");
@@ -386,21 +386,22 @@ redisReply *redis_cluster_command(sgw_cluster *c, int slot, int argc, const char
             pause_ms(10 << hop);
             n = node_for(c, slot);
         }
-        if (hop + 1 < MAX_HOPS) {
-            freeReplyObject(rep);
-            rep = NULL;
-        }
+        freeReplyObject(rep);
+        rep = NULL;
     }
     if (rep)
         atomic_store(&c->healthy, 1);
-    return rep;                      /* still redirected: an error reply */
+    return rep;
 }
 
 int redis_cluster_pipeline(sgw_cluster *c, int n, const int *argc, const char *const *const *argv,
                            const size_t *const *lens, redisReply **replies, const char **err)
 {
+    if (n <= 0)
+        return 0;
     int *slot = malloc((size_t)n * sizeof *slot);
     sgw_redis **target = malloc((size_t)n * sizeof *target);
+    sgw_redis **sent_to = malloc((size_t)n * sizeof *sent_to);
     int *idx = malloc((size_t)n * sizeof *idx);
     int *sub_argc = malloc((size_t)n * sizeof *sub_argc);
     const char *const **sub_argv = malloc((size_t)n * sizeof *sub_argv);
@@ -410,13 +411,13 @@ int redis_cluster_pipeline(sgw_cluster *c, int n, const int *argc, const char *c
     *err = "redis cluster: no node reachable";
     for (int i = 0; i < n; i++)
         replies[i] = NULL;
-    if (!slot || !target || !idx || !sub_argc || !sub_argv || !sub_lens || !sub_rep) {
+    if (!slot || !target || !sent_to || !idx || !sub_argc || !sub_argv || !sub_lens || !sub_rep) {
         *err = "out of memory";
         goto out;
     }
     for (int i = 0; i < n; i++) {
         slot[i] = redis_command_slot(argc[i], (const char *const *)argv[i], lens[i]);
-        target[i] = node_for(c, slot[i] < 0 ? -1 : slot[i]);
+        target[i] = sent_to[i] = node_for(c, slot[i] < 0 ? -1 : slot[i]);
     }
     /* One pipeline per node, each call in its node's batch in order. */
     for (int i = 0; i < n; i++) {
@@ -443,11 +444,14 @@ int redis_cluster_pipeline(sgw_cluster *c, int n, const int *argc, const char *c
         for (int m = 0; m < k; m++)
             replies[idx[m]] = sub_rep[m];
     }
-    /* Redirected calls go again one by one, following the redirection. */
+    /* Redirected calls, and those of a node that failed when the slot has
+     * a new node now (a failover; a call that may have run on a live node
+     * is not sent twice), go again one by one. */
     for (int i = 0; i < n; i++) {
-        if (!is_redirect(replies[i]))
+        if (replies[i] ? !is_redirect(replies[i]) : slot[i] < 0 || node_for(c, slot[i]) == sent_to[i])
             continue;
-        freeReplyObject(replies[i]);
+        if (replies[i])
+            freeReplyObject(replies[i]);
         const char *cmd_err;
         replies[i] = redis_cluster_command(c, slot[i] < 0 ? -1 : slot[i], argc[i],
                                            (const char **)argv[i], lens[i], &cmd_err);
@@ -462,6 +466,7 @@ int redis_cluster_pipeline(sgw_cluster *c, int n, const int *argc, const char *c
 out:
     free(slot);
     free(target);
+    free(sent_to);
     free(idx);
     free(sub_argc);
     free(sub_argv);
