@@ -170,7 +170,7 @@ int admin_start(void) {
         return -1;
     }
     if (*config_str("database.url")) admin_pg = pg_open(config_str("database.url"));
-    if (*config_str("redis.url")) admin_redis = redis_open(config_str("redis.url"));
+    if (redis_configured()) admin_redis = redis_open(config_str("redis.url"));
     unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
     if (addr.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
     admin_daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_admin, NULL,

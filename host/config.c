@@ -146,7 +146,7 @@ static int holds_secret(const char *key, const char *value) {
     for (size_t i = 0; i < sizeof secret_keys / sizeof *secret_keys; i++)
         if (strcmp(key, secret_keys[i]) == 0) return 1;
     if (strcmp(key, "database.url") && strcmp(key, "database.listen_url") &&
-        strcmp(key, "database.read_url") && strcmp(key, "redis.url"))
+        strcmp(key, "database.read_url") && strcmp(key, "redis.url") && strcmp(key, "redis.cluster_urls"))
         return 0;
     if (strstr(value, "password=")) return 1;
     const char *auth = strstr(value, "://");

@@ -12,6 +12,10 @@
  *
  * A silent half-open connection is caught by a PING every second that must
  * be answered within two.
+ *
+ * On a Redis Cluster a plain PUBLISH reaches the subscribers of every node
+ * (the cluster bus carries it), so one subscription on any node hears all;
+ * when that node dies the next subscription goes to the next node.
  */
 #include "sgw.h"
 
@@ -135,10 +139,9 @@ static void *main_loop(void *arg) {
 }
 
 int invalidations_start(void) {
-    const char *url = config_str("redis.url");
     invalidations_channel();
-    if (!*url) return 0;               /* never subscribed: the count stays unknown */
-    conn = redis_open(url);
+    if (!redis_configured()) return 0; /* never subscribed: the count stays unknown */
+    conn = redis_open(config_str("redis.url"));
     atomic_store(&stop_asked, 0);
     if (pthread_create(&thread, NULL, main_loop, NULL)) {
         redis_close(conn);

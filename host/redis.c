@@ -8,6 +8,10 @@
  * nothing: after an I/O failure the connection is dropped and, until
  * redis.retry_interval_ms has passed, every call fails at once without
  * touching the network.
+ *
+ * With redis.cluster_urls set, an sgw_redis stands for a whole Redis
+ * Cluster (redis_cluster.c), whose nodes are each an sgw_redis of the
+ * single kind.
  */
 #include "sgw.h"
 
@@ -43,6 +47,7 @@ struct sgw_redis {
     uint64_t     fail_ms;           /* monotonic time of the last failure */
     char         msg[256];          /* message of the last failure */
     atomic_int   healthy;           /* read by the admin thread for /readyz */
+    sgw_cluster *cluster;           /* non-NULL: the rest is unused */
 };
 
 static uint64_t mono_ms(void)
@@ -169,7 +174,12 @@ static void parse_url(sgw_redis *r, const char *url)
 
 /* ------------------------------------------------------- the connection */
 
-sgw_redis *redis_open(const char *url)
+int redis_configured(void)
+{
+    return *config_str("redis.url") || *config_str("redis.cluster_urls");
+}
+
+sgw_redis *redis_open_node(const char *url)
 {
     sgw_redis *r = calloc(1, sizeof *r);
     if (r == NULL) {
@@ -191,6 +201,60 @@ sgw_redis *redis_open(const char *url)
     return r;
 }
 
+sgw_redis *redis_open(const char *url)
+{
+    const char *seeds = config_str("redis.cluster_urls");
+    if (!*seeds)
+        return redis_open_node(url);
+    sgw_redis *r = calloc(1, sizeof *r);
+    if (r == NULL) {
+        log_msg(LOG_ERROR, "redis_open", "out of memory");
+        abort();
+    }
+    atomic_init(&r->healthy, 0);
+    r->cluster = redis_cluster_open(seeds);
+    return r;
+}
+
+static char *dup_or_null(const char *s)
+{
+    char *d = s ? strdup(s) : NULL;
+    if (s && d == NULL) {
+        log_msg(LOG_ERROR, "redis_open", "out of memory");
+        abort();
+    }
+    return d;
+}
+
+sgw_redis *redis_node_like(const sgw_redis *seed, const char *host, size_t hlen, int port)
+{
+    sgw_redis *r = calloc(1, sizeof *r);
+    if (r == NULL)
+        return NULL;
+    atomic_init(&r->healthy, 0);
+    r->host = strndup(host, hlen);
+    if (r->host == NULL) {
+        free(r);
+        return NULL;
+    }
+    r->port = port;
+    r->user = dup_or_null(seed->user);
+    r->password = dup_or_null(seed->password);
+    r->timeout_ms = seed->timeout_ms;
+    r->retry_ms = seed->retry_ms;
+    return r;
+}
+
+int redis_node_is(const sgw_redis *r, const char *host, size_t hlen, int port)
+{
+    return r->host && r->port == port && strlen(r->host) == hlen && memcmp(r->host, host, hlen) == 0;
+}
+
+const char *redis_node_host(const sgw_redis *r)
+{
+    return r->host ? r->host : "";
+}
+
 static void drop_secret(char *s)
 {
     if (s) {
@@ -205,6 +269,7 @@ void redis_close(sgw_redis *r)
         return;
     if (r->ctx)
         redisFree(r->ctx);
+    redis_cluster_close(r->cluster);
     free(r->host);
     drop_secret(r->user);
     drop_secret(r->password);
@@ -213,6 +278,8 @@ void redis_close(sgw_redis *r)
 
 int redis_healthy(sgw_redis *r)
 {
+    if (r != NULL && r->cluster)
+        return redis_cluster_healthy(r->cluster);
     return r != NULL && atomic_load(&r->healthy);
 }
 
@@ -303,10 +370,11 @@ static int ensure_connected(sgw_redis *r, const char **err)
     return 0;
 }
 
-/* Sends one command. Returns the reply (error replies included: the server
- * answered), or NULL after an I/O failure with the reason in *err. */
-static redisReply *command(sgw_redis *r, int argc, const char **argv,
-                           const size_t *lens, const char **err)
+/* Sends one command to one server. Returns the reply (error replies
+ * included: the server answered), or NULL after an I/O failure with the
+ * reason in *err. */
+redisReply *redis_node_command(sgw_redis *r, int argc, const char **argv,
+                               const size_t *lens, const char **err)
 {
     if (ensure_connected(r, err) != 0)
         return NULL;
@@ -325,9 +393,21 @@ static redisReply *command(sgw_redis *r, int argc, const char **argv,
     return rep;
 }
 
+/* One command to the server or, on a cluster, to the node of its keys. */
+static redisReply *command(sgw_redis *r, int argc, const char **argv,
+                           const size_t *lens, const char **err)
+{
+    if (r->cluster)
+        return redis_cluster_command(r->cluster, redis_command_slot(argc, argv, lens),
+                                     argc, argv, lens, err);
+    return redis_node_command(r, argc, argv, lens, err);
+}
+
 int redis_pipeline(sgw_redis *r, int n, const int *argc, const char *const *const *argv,
                    const size_t *const *lens, redisReply **replies, const char **err)
 {
+    if (r->cluster)
+        return redis_cluster_pipeline(r->cluster, n, argc, argv, lens, replies, err);
     for (int i = 0; i < n; i++)
         replies[i] = NULL;
     if (ensure_connected(r, err) != 0)
@@ -361,6 +441,8 @@ int redis_pipeline(sgw_redis *r, int n, const int *argc, const char *const *cons
 
 redisContext *redis_take_context(sgw_redis *r, const char **err)
 {
+    if (r->cluster)
+        return redis_cluster_take_context(r->cluster, err);
     if (ensure_connected(r, err) != 0)
         return NULL;
     redisContext *c = r->ctx;
@@ -498,6 +580,15 @@ static sgw_redis *worker_redis(lua_State *L)
     return w ? w->redis : NULL;
 }
 
+/* Misuse: on a cluster, the keys of one command must share a slot. */
+static void check_one_slot(lua_State *L, const sgw_redis *r, int argc, const char **argv,
+                           const size_t *lens)
+{
+    if (r && r->cluster && redis_command_slot(argc, argv, lens) == -2)
+        luaL_error(L, "redis: the keys of one command must share a hash slot on a cluster "
+                      "(give them one {tag})");
+}
+
 static int call_run(lua_State *L)
 {
     int n = lua_gettop(L);
@@ -509,6 +600,7 @@ static int call_run(lua_State *L)
     sgw_redis *r = worker_redis(L);
     if (r == NULL)
         return io_failure(L, "redis not configured");
+    check_one_slot(L, r, n, argv, lens);
     reply_box *b = push_box(L);
     const char *err;
     redisReply *rep = command(r, n, argv, lens, &err);
@@ -588,6 +680,7 @@ static int eval_cached_run(lua_State *L)
     sgw_redis *r = worker_redis(L);
     if (r == NULL)
         return io_failure(L, "redis not configured");
+    check_one_slot(L, r, argc, argv, lens);
     reply_box *b = push_box(L);
     const char *err;
     redisReply *rep = command(r, argc, argv, lens, &err);
@@ -595,17 +688,11 @@ static int eval_cached_run(lua_State *L)
         return io_failure(L, err);
     box_set(b, rep);
     if (rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "NOSCRIPT", 8) == 0) {
-        /* This server has not seen the script (new server, SCRIPT FLUSH):
-         * load it and try once more. */
-        const char *load[3] = {"SCRIPT", "LOAD", NULL};
-        size_t loadlens[3] = {6, 4, 0};
-        load[2] = lua_tolstring(L, 1, &loadlens[2]);
-        rep = command(r, 3, load, loadlens, &err);
-        if (rep == NULL)
-            return io_failure(L, err);
-        box_set(b, rep);
-        if (rep->type == REDIS_REPLY_ERROR)
-            return push_result(L, b);
+        /* This server has not seen the script (new server, SCRIPT FLUSH,
+         * another cluster node): EVAL sends it along and keeps it there. */
+        argv[0] = "EVAL";
+        lens[0] = 4;
+        argv[1] = lua_tolstring(L, 1, &lens[1]);
         rep = command(r, argc, argv, lens, &err);
         if (rep == NULL)
             return io_failure(L, err);
@@ -632,6 +719,7 @@ static int l_eval_deferred(lua_State *L)
     const char **argv;
     size_t *lens;
     int argc = evalsha_args(L, n, &argv, &lens);
+    check_one_slot(L, worker_redis(L), argc, argv, lens);
 
     if (req->deferred) {
         /* d stays the request's until the answer is on the stack, so that
@@ -679,6 +767,17 @@ static int l_eval_deferred(lua_State *L)
     lua_settop(L, n);
     SGW_MIGRATE_IF_SOCKET(L, l_eval_cached_k);
     return eval_cached_run(L);
+}
+
+/* redis.key_slot(key): the cluster slot of a key (0..16383; one Redis has
+ * no slots, but the answer is the same), so that Lua can spread keys over
+ * tags. */
+static int l_key_slot(lua_State *L)
+{
+    size_t len;
+    const char *key = luaL_checklstring(L, 1, &len);
+    lua_pushinteger(L, (lua_Integer)redis_key_slot(key, len));
+    return 1;
 }
 
 /* redis.invalidations(): the count of credential-change news, or nil while
@@ -767,6 +866,8 @@ void lapi_redis_open(lua_State *L, sgw_worker *w)
     lua_pop(L, 1);
     lua_pushcfunction(L, l_invalidations);
     lua_setfield(L, -2, "invalidations");
+    lua_pushcfunction(L, l_key_slot);
+    lua_setfield(L, -2, "key_slot");
     lua_pushlightuserdata(L, w);
     lua_pushcclosure(L, l_invalidate, 1);
     lua_setfield(L, -2, "invalidate");

@@ -168,16 +168,33 @@ static void run_batch(sgw_deferred **batch, int n) {
         if (!is_noscript(d->reply) || d->argc < 2 || strcmp(d->argv[0], "EVALSHA") != 0) continue;
         const script *s = script_by_sha(d->argv[1], d->lens[1]);
         if (!s) continue;
-        const char *load[3] = { "SCRIPT", "LOAD", s->text };
-        size_t load_lens[3] = { 6, 4, s->len };
-        const char *const *pair_argv[2] = { load, (const char *const *)d->argv };
-        const size_t *pair_lens[2] = { load_lens, d->lens };
-        int pair_argc[2] = { 3, d->argc };
-        redisReply *again[2];
-        if (redis_pipeline(conn, 2, pair_argc, pair_argv, pair_lens, again, &err) != 0) continue;
-        freeReplyObject(again[0]);
+        /* EVAL sends the script along; on a cluster it reaches the node of
+         * the keys, which SCRIPT LOAD (no keys) would not. */
+        const char **eval_argv = malloc((size_t)d->argc * sizeof *eval_argv);
+        size_t *eval_lens = malloc((size_t)d->argc * sizeof *eval_lens);
+        if (!eval_argv || !eval_lens) {
+            free(eval_argv);
+            free(eval_lens);
+            continue;
+        }
+        for (int k = 0; k < d->argc; k++) {
+            eval_argv[k] = d->argv[k];
+            eval_lens[k] = d->lens[k];
+        }
+        eval_argv[0] = "EVAL";
+        eval_lens[0] = 4;
+        eval_argv[1] = s->text;
+        eval_lens[1] = s->len;
+        const char *const *one_argv[1] = { eval_argv };
+        const size_t *one_lens[1] = { eval_lens };
+        int one_argc[1] = { d->argc };
+        redisReply *again[1];
+        int rc = redis_pipeline(conn, 1, one_argc, one_argv, one_lens, again, &err);
+        free(eval_argv);
+        free(eval_lens);
+        if (rc != 0 || !again[0]) continue;
         freeReplyObject(d->reply);
-        d->reply = again[1];
+        d->reply = again[0];
     }
 }
 
@@ -205,9 +222,8 @@ static void *pipe_main(void *arg) {
 }
 
 int redis_pipe_start(void) {
-    const char *url = config_str("redis.url");
-    if (!*url) return 0;
-    conn = redis_open(url);
+    if (!redis_configured()) return 0;
+    conn = redis_open(config_str("redis.url"));
     pthread_mutex_lock(&mu);
     stopping = 0;
     pthread_mutex_unlock(&mu);

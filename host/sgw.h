@@ -137,7 +137,10 @@ struct pg_result;
 struct pg_result *pg_exec(sgw_pg *pg, const char *sql, int n, const char *const *vals);
 
 /* ----------------------------------------------------------------- redis.c */
-sgw_redis *redis_open(const char *url);            /* never NULL; connects lazily */
+int        redis_configured(void);                 /* redis.url or redis.cluster_urls set */
+/* Never NULL; connects lazily. With redis.cluster_urls set, the cluster
+ * (url unused). */
+sgw_redis *redis_open(const char *url);
 int        redis_healthy(sgw_redis *r);            /* 1 when the last command succeeded */
 void       redis_close(sgw_redis *r);
 int        redis_ping(sgw_redis *r);               /* 0 when the server answers */
@@ -165,6 +168,28 @@ void        invalidations_stop(void);
 long long   invalidations_count(void);
 void        invalidations_bump(void);    /* this instance invalidated */
 const char *invalidations_channel(void);
+
+/* Between redis.c and redis_cluster.c: single servers (the cluster's nodes)... */
+typedef struct sgw_cluster sgw_cluster;
+sgw_redis *redis_open_node(const char *url);
+sgw_redis *redis_node_like(const sgw_redis *seed, const char *host, size_t hlen, int port); /* NULL: no memory */
+int        redis_node_is(const sgw_redis *r, const char *host, size_t hlen, int port);
+const char *redis_node_host(const sgw_redis *r);
+struct redisReply *redis_node_command(sgw_redis *r, int argc, const char **argv,
+                                      const size_t *lens, const char **err);
+/* ...and the cluster (redis_cluster.c). */
+unsigned   redis_key_slot(const char *key, size_t len);   /* CRC16, {hash tag} */
+/* The slot of a command's keys; -1 without keys, -2 when they span slots. */
+int        redis_command_slot(int argc, const char *const *argv, const size_t *lens);
+sgw_cluster *redis_cluster_open(const char *seeds);       /* never NULL */
+void       redis_cluster_close(sgw_cluster *c);
+int        redis_cluster_healthy(sgw_cluster *c);
+struct redisReply *redis_cluster_command(sgw_cluster *c, int slot, int argc, const char **argv,
+                                         const size_t *lens, const char **err);
+int        redis_cluster_pipeline(sgw_cluster *c, int n, const int *argc,
+                                  const char *const *const *argv, const size_t *const *lens,
+                                  struct redisReply **replies, const char **err);
+struct redisContext *redis_cluster_take_context(sgw_cluster *c, const char **err);
 
 /* ------------------------------------------------------------ redis_pipe.c
  * Redis calls of requests running on socket threads, sent by one thread in

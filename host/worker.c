@@ -104,8 +104,7 @@ int worker_init(sgw_worker *w, int id, const char *role, char *err, size_t errle
         snprintf(err, errlen, "out of memory opening the read replica");
         return -1;
     }
-    const char *rd = config_str("redis.url");
-    if (*rd) w->redis = redis_open(rd);
+    if (redis_configured()) w->redis = redis_open(config_str("redis.url"));
     return luart_refresh(w, err, errlen);
 }
 

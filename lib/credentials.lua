@@ -2,8 +2,9 @@
 -- finding who a presented key or access token belongs to.
 --
 -- Lookups are cached per worker for api.credential_cache_seconds. Rotation
--- and revocation bump a counter in Redis (EPOCH_KEY); the rate limiter reads
--- it in the same round trip it makes anyway, and a worker that sees it move
+-- and revocation bump a counter in Redis (EPOCH_NAME, one copy per rate-limit
+-- tag: lib/ratelimit.lua); the rate limiter reads it in the same round trip
+-- it makes anyway, and a worker that sees it move
 -- drops its cache, so a revoked key stops working on every instance at once
 -- without a database query per request. They also publish the change
 -- (redis.invalidate), which every instance's host counts: a worker that sees
@@ -11,10 +12,21 @@
 -- from a rate-limit block, which do not go to Redis (lib/ratelimit.lua).
 local scopes = require "scopes"
 local secrets = require "secrets"
+local ratelimit = require "ratelimit"
 
 local M = {}
 
-M.EPOCH_KEY = config.get("redis.namespace") .. ":credentials:epoch"
+M.EPOCH_NAME = "credentials:epoch"
+-- Where the number comes from. Instances older than the per-tag layout read
+-- it here, so they too hear of changes during a rolling upgrade.
+local EPOCH_SOURCE = config.get("redis.namespace") .. ":credentials:epoch"
+
+-- Raises an epoch copy to ARGV[1]; never lowers it, so that two changes made
+-- at once leave every copy at the later number.
+local RAISE_EPOCH = [[
+if (tonumber(redis.call('GET', KEYS[1])) or 0) < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
+return 1
+]]
 
 local KEY_PATTERN = "^sgk_(%l+)_()%w+$"
 local MAX_CREDENTIAL_LENGTH = 256
@@ -210,7 +222,10 @@ end
 -- caches expire after api.credential_cache_seconds).
 function M.bump_epoch()
   if not redis then return false end
-  local n = redis.call("INCR", M.EPOCH_KEY)
+  local n = redis.call("INCR", EPOCH_SOURCE)
+  for _, key in ipairs(n and ratelimit.epoch_keys(M.EPOCH_NAME) or {}) do
+    if not redis.eval_cached(RAISE_EPOCH, 1, key, n) then n = nil end
+  end
   -- Instances that spend rate-limit blocks do not read the epoch on every
   -- request: they hear of the change through the host's subscription.
   if redis.invalidate then redis.invalidate() end

@@ -76,9 +76,34 @@ if granted > 0 or give > 0 then
   end
 end
 local epoch = 0
-if KEYS[2] then epoch = math.floor(tonumber(redis.call('GET', KEYS[2])) or 0) end
+if KEYS[2] then
+  local e = redis.call('GET', KEYS[2])
+  -- Created when missing: while a cluster moves a slot, a script whose keys
+  -- are only partly there is refused (TRYAGAIN).
+  if not e then redis.call('SET', KEYS[2], '0') end
+  epoch = math.floor(tonumber(e) or 0)
+end
 return { allowed, math.floor((window - (tat - now)) / interval), tat - now, wait, epoch, granted }
 ]]
+
+-- Key layout: the state of a key lives at <redis.namespace>:{rl<n>}:<key>,
+-- beside the credential epoch of its tag, <redis.namespace>:{rl<n>}:<name>,
+-- n = the key's slot mod SHARDS. One script touches both, and on a Redis
+-- Cluster the keys of one script must share a hash slot: the {tag} puts them
+-- in one. SHARDS tags spread the keys over the cluster's nodes; every epoch
+-- key holds the same number (lib/credentials.lua writes them all).
+M.SHARDS = 16
+
+local function tag(key)
+  return config.get("redis.namespace") .. ":{rl" .. redis.key_slot(key) % M.SHARDS .. "}:"
+end
+
+-- The epoch key named `name` of every tag.
+function M.epoch_keys(name)
+  local keys, ns = {}, config.get("redis.namespace")
+  for n = 0, M.SHARDS - 1 do keys[#keys + 1] = ns .. ":{rl" .. n .. "}:" .. name end
+  return keys
+end
 
 local BLOCK_MS = 50
 local BLOCK_SHARE = 1000   -- a block holds at most limit / BLOCK_SHARE requests
@@ -146,11 +171,10 @@ local function keep(key, b)
 end
 
 -- Counts one request against `key` (e.g. "client:cli_1", "addr:10.0.0.1")
--- and reads `epoch_key` (may be nil) in the same round trip. `who` names the
--- request (its id), so that a request that runs again after its deferred
--- call makes the same call again. The state lives under
--- <redis.namespace>:rl:<key>.
-function M.check(key, limit, epoch_key, who)
+-- and reads the epoch named `epoch_name` (may be nil) of the key's tag in the
+-- same round trip. `who` names the request (its id), so that a request that
+-- runs again after its deferred call makes the same call again.
+function M.check(key, limit, epoch_name, who)
   local max_block = limit // BLOCK_SHARE
   local changes = max_block >= 2 and redis.invalidations and redis.invalidations() or nil
   local now = clock.mono_ms()
@@ -201,14 +225,15 @@ function M.check(key, limit, epoch_key, who)
     asked[who], asked_count = call, asked_count + 1
   end
 
-  local state_key = config.get("redis.namespace") .. ":rl:" .. key
+  local prefix = tag(key)
+  local state_key = prefix .. key
   -- Deferred where the host can: the request gives its worker back while
   -- the call travels with others in one pipelined batch, then runs again
   -- from the start and finds its renewal (or asks for one request again).
   local eval = redis.eval_deferred or redis.eval_cached
   local reply, err
-  if epoch_key then
-    reply, err = eval(M.script, 2, state_key, epoch_key, limit, want, give)
+  if epoch_name then
+    reply, err = eval(M.script, 2, state_key, prefix .. epoch_name, limit, want, give)
   else
     reply, err = eval(M.script, 1, state_key, limit, want, give)
   end

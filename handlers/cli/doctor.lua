@@ -68,7 +68,27 @@ local function check_database(console)
   return "ok", "reachable, all " .. #(console.migrations or {}) .. " migrations applied"
 end
 
+-- A cluster as the node answering sees it: every slot assigned and served.
+local function check_redis_cluster()
+  local info, err = redis.call("CLUSTER", "INFO")
+  if info == nil then
+    return "fail", "cannot reach the Redis Cluster (" .. tostring(err):gsub("[\r\n].*", "")
+      .. "): check redis.cluster_urls and that its nodes run in cluster mode"
+  end
+  local assigned = tonumber(info:match("cluster_slots_assigned:(%d+)")) or 0
+  if assigned < 16384 then
+    return "fail", "the Redis Cluster covers " .. assigned .. " of 16384 slots: keys of the others cannot be stored; assign them (redis-cli --cluster fix)"
+  end
+  local state = info:match("cluster_state:(%w+)") or "unknown"
+  if state ~= "ok" then
+    return "fail", "the Redis Cluster's state is " .. state .. " (" .. (info:match("cluster_slots_fail:(%d+)") or "?")
+      .. " slots failing): a master is down without a replica to take over"
+  end
+  return "ok", "Redis Cluster reachable, every slot covered (" .. (info:match("cluster_size:(%d+)") or "?") .. " masters)"
+end
+
 local function check_redis()
+  if setting("redis.cluster_urls") then return check_redis_cluster() end
   if not setting("redis.url") then
     return "warn", "redis.url is empty: rate limits fail open and /readyz says degraded; set redis://host:port"
   end
@@ -150,7 +170,8 @@ end
 return cli.command {
   name = "doctor", summary = "Checks a configuration before a deploy, one line per check (ok, warn or fail) with what to fix.",
   about = "Checks the configuration as sgw loads it (defaults, the installed sgw.conf, --config, --set):\n"
-    .. "the database is reachable and migrated, Redis answers, crypto.encryption_key is 32 bytes,\n"
+    .. "the database is reachable and migrated, Redis answers (a Redis Cluster covers every slot),\n"
+    .. "crypto.encryption_key is 32 bytes, "
     .. "public_base_url is https, the Meta app settings are filled, the Graph API version is not near\n"
     .. "its end, and the admin listener is on loopback or behind admin.token. One line per check:\n"
     .. "ok, warn or fail and what to fix; exit 1 when a check fails, 0 otherwise. Prints no secret.",

@@ -36,8 +36,10 @@ redis.call('SET', KEYS[2], '1', 'EX', wait)
 return wait
 ]]
 
+-- The digest is the hash tag: a failure count and its wait share a slot, as
+-- the scripts touching both need on a Redis Cluster.
 local function key(kind, ...)
-  return config.get("redis.namespace") .. ":workspace:" .. kind .. ":" .. crypto.sha256_hex(table.concat({ ... }, "\n"))
+  return config.get("redis.namespace") .. ":workspace:" .. kind .. ":{" .. crypto.sha256_hex(table.concat({ ... }, "\n")) .. "}"
 end
 
 local function eval(script, keys, ...)

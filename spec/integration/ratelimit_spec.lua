@@ -6,7 +6,10 @@
 -- 127.0.0.1: on the shared test Redis, each database gets its own
 -- redis.namespace (spec/support/stack.lua), which keeps specs apart.
 local stack = require "stack"
+local redis_cluster = require "redis_cluster"
 local cjson = require "cjson.safe"
+
+local function cluster_backend(name) return name ~= "one Redis" end
 
 local q = stack.shell_quote
 
@@ -95,41 +98,6 @@ describe("rate limits", function()
     stack.cleanup()
     for _, r in ipairs(redis_servers) do r.kill() end
     redis_servers = {}
-  end)
-
-  it("shares one budget between two instances", function()
-    local url = stack.fresh_database("ratelimit")
-    local set = { ["api.rate_limit.anonymous_per_minute"] = 10 }
-    local a = stack.start_sgw { name = "rl_a", database_url = url, set = set }
-    local b = stack.start_sgw { name = "rl_b", database_url = url, set = set, migrate = false }
-
-    local ok, limited, last_remaining = 0, 0, nil
-    for i = 1, 12 do
-      -- alternate instances; every third request goes to a path that does not exist
-      local inst = i % 2 == 1 and a or b
-      local path = i % 3 == 0 and "/api/v1/no-such-thing" or "/api/v1/openapi.json"
-      local status, body, headers = inst:request("GET", path)
-      local limit, remaining, reset = limits_of(status, headers)
-      assert.equal(10, limit)
-      if status == 429 then
-        limited = limited + 1
-        local retry = assert_rate_limited(status, body, headers)
-        assert.is_true(retry <= 6, "one request comes back every 6 s, Retry-After " .. retry)
-        assert.equal(0, remaining)
-      else
-        ok = ok + 1
-        assert.equal(i % 3 == 0 and 404 or 200, status)
-        if last_remaining then assert.equal(last_remaining - 1, remaining) end
-        last_remaining = remaining
-      end
-      assert.is_true(reset >= 1 and reset <= 60)
-    end
-    assert.equal(10, ok)
-    assert.equal(2, limited)
-    assert.equal(0, last_remaining)
-    -- The checks went to Redis in the pipelined batches, not worker by worker.
-    assert.is_true((metric(a, "sgw_redis_pipelined_calls_total") or 0) >= 6)
-    assert.is_true((metric(a, "sgw_requests_deferred_total") or 0) >= 6)
   end)
 
   it("runs a request again after its pipelined call without repeating what it logged", function()
@@ -233,51 +201,224 @@ describe("rate limits", function()
     end
   end)
 
-  local has_cli = io.open(stack.repo_root() .. "/handlers/cli/client.lua")
-  if has_cli then has_cli:close() end
-  local test_clients = has_cli and it or pending
+end)
 
-  test_clients("limits each API client on its own, apart from anonymous traffic", function()
-    local inst = stack.start_sgw {
-      name = "rl_clients",
-      set = { ["api.rate_limit.anonymous_per_minute"] = 2, ["api.rate_limit.per_minute"] = 100 },
-    }
-    local function run(argv) return cli(inst, argv) end
-    local company = run { "company", "create", "--name", "A" }.companyId
-    local function client(extra)
-      local argv = { "client", "create", "--company", company, "--environment", "test", "--scopes", "accounts:read" }
-      for _, v in ipairs(extra or {}) do argv[#argv + 1] = v end
-      return run(argv).apiKey
+-- The same limits and revocation news on one Redis and on a Redis Cluster
+-- (3 masters, 3 replicas; redis.cluster_urls names the masters).
+for _, backend in ipairs { "one Redis", "a Redis Cluster" } do
+  describe("rate limits on " .. backend, function()
+    local cluster
+    local suffix = cluster_backend(backend) and "_cluster" or ""
+
+    setup(function()
+      if cluster_backend(backend) then cluster = redis_cluster.start { masters = 3, replicas = 1 } end
+    end)
+    teardown(function()
+      stack.cleanup()
+      if cluster then cluster.stop() end
+    end)
+    after_each(function() stack.cleanup() end)
+
+    -- Settings that put an instance on this backend.
+    local function on_backend(set)
+      if cluster then set["redis.cluster_urls"] = cluster.urls end
+      return set
     end
-    local limited_key, default_key = client { "--rate-limit", "5" }, client()
 
-    local function get(key)
-      return inst:request("GET", "/api/v1/social-accounts", { headers = key and { ["X-Api-Key"] = key } or nil })
-    end
+    it("shares one budget between two instances", function()
+      local url = stack.fresh_database("ratelimit")
+      local set = on_backend { ["api.rate_limit.anonymous_per_minute"] = 10 }
+      local a = stack.start_sgw { name = "rl_a" .. suffix, database_url = url, set = set }
+      local b = stack.start_sgw { name = "rl_b" .. suffix, database_url = url, set = set, migrate = false }
 
-    for i = 1, 5 do
-      local status, _, headers = get(limited_key)
+      local ok, limited, last_remaining = 0, 0, nil
+      for i = 1, 12 do
+        -- alternate instances; every third request goes to a path that does not exist
+        local inst = i % 2 == 1 and a or b
+        local path = i % 3 == 0 and "/api/v1/no-such-thing" or "/api/v1/openapi.json"
+        local status, body, headers = inst:request("GET", path)
+        local limit, remaining, reset = limits_of(status, headers)
+        assert.equal(10, limit)
+        if status == 429 then
+          limited = limited + 1
+          local retry = assert_rate_limited(status, body, headers)
+          assert.is_true(retry <= 6, "one request comes back every 6 s, Retry-After " .. retry)
+          assert.equal(0, remaining)
+        else
+          ok = ok + 1
+          assert.equal(i % 3 == 0 and 404 or 200, status)
+          if last_remaining then assert.equal(last_remaining - 1, remaining) end
+          last_remaining = remaining
+        end
+        assert.is_true(reset >= 1 and reset <= 60)
+      end
+      assert.equal(10, ok)
+      assert.equal(2, limited)
+      assert.equal(0, last_remaining)
+      -- The checks went to Redis in the pipelined batches, not worker by worker.
+      assert.is_true((metric(a, "sgw_redis_pipelined_calls_total") or 0) >= 6)
+      assert.is_true((metric(a, "sgw_requests_deferred_total") or 0) >= 6)
+    end)
+
+    local has_cli = io.open(stack.repo_root() .. "/handlers/cli/client.lua")
+    if has_cli then has_cli:close() end
+    local test_clients = has_cli and it or pending
+
+    test_clients("limits each API client on its own, apart from anonymous traffic", function()
+      local inst = stack.start_sgw {
+        name = "rl_clients" .. suffix,
+        set = on_backend { ["api.rate_limit.anonymous_per_minute"] = 2, ["api.rate_limit.per_minute"] = 100 },
+      }
+      local function run(argv) return cli(inst, argv) end
+      local company = run { "company", "create", "--name", "A" }.companyId
+      local function client(extra)
+        local argv = { "client", "create", "--company", company, "--environment", "test", "--scopes", "accounts:read" }
+        for _, v in ipairs(extra or {}) do argv[#argv + 1] = v end
+        return run(argv).apiKey
+      end
+      local limited_key, default_key = client { "--rate-limit", "5" }, client()
+
+      local function get(key)
+        return inst:request("GET", "/api/v1/social-accounts", { headers = key and { ["X-Api-Key"] = key } or nil })
+      end
+
+      for i = 1, 5 do
+        local status, _, headers = get(limited_key)
+        assert.equal(200, status)
+        local limit, remaining = limits_of(status, headers)
+        assert.same({ 5, 5 - i }, { limit, remaining })
+      end
+      assert_rate_limited(get(limited_key))
+
+      -- Another client and anonymous requests have budgets of their own.
+      local status, _, headers = get(default_key)
       assert.equal(200, status)
       local limit, remaining = limits_of(status, headers)
-      assert.same({ 5, 5 - i }, { limit, remaining })
-    end
-    assert_rate_limited(get(limited_key))
-
-    -- Another client and anonymous requests have budgets of their own.
-    local status, _, headers = get(default_key)
-    assert.equal(200, status)
-    local limit, remaining = limits_of(status, headers)
-    assert.same({ 100, 99 }, { limit, remaining })
-    for i = 1, 2 do
-      status, _, headers = inst:request("GET", "/api/v1/openapi.json")
+      assert.same({ 100, 99 }, { limit, remaining })
+      for i = 1, 2 do
+        status, _, headers = inst:request("GET", "/api/v1/openapi.json")
+        assert.equal(200, status)
+        limit, remaining = limits_of(status, headers)
+        assert.same({ 2, 2 - i }, { limit, remaining })
+      end
+      assert_rate_limited(inst:request("GET", "/api/v1/openapi.json"))
+      -- ...and spending them leaves the clients where they were.
+      assert_rate_limited(get(limited_key))
+      status = get(default_key)
       assert.equal(200, status)
-      limit, remaining = limits_of(status, headers)
-      assert.same({ 2, 2 - i }, { limit, remaining })
+    end)
+
+    it("revokes a busy client at once on every instance", function()
+      local url = stack.fresh_database("rl_revoke" .. suffix)
+      local set = on_backend { ["api.credential_cache_seconds"] = 600 }
+      local a = stack.start_sgw { name = "rl_rev_a" .. suffix, database_url = url, set = set }
+      local b = stack.start_sgw { name = "rl_rev_b" .. suffix, database_url = url, set = set, migrate = false }
+      local company = cli(a, { "company", "create", "--name", "Busy" }).companyId
+      local c = cli(a, { "client", "create", "--company", company, "--environment", "test",
+        "--scopes", "accounts:read", "--rate-limit", "1000000" })
+      local function get(inst)
+        return inst:request("GET", "/api/v1/social-accounts", { headers = { ["X-Api-Key"] = c.apiKey } })
+      end
+      for _ = 1, 30 do
+        for _, inst in ipairs { a, b } do
+          local status, _, headers = get(inst)
+          assert.equal(200, status)
+          assert.is_true(tonumber(headers["x-ratelimit-remaining"]) < 1000000, "counted in Redis")
+        end
+      end
+      cli(a, { "client", "revoke", "--client", c.clientId })
+      for _, inst in ipairs { a, b } do
+        for _ = 1, 8 do assert.equal(401, (get(inst))) end
+      end
+    end)
+
+    if not cluster_backend(backend) then return end
+
+    -- A client of its own with a small limit, and the slot its rate-limit
+    -- state lives in (the {rl<n>} tag of lib/ratelimit.lua).
+    local function limited_client(inst, limit)
+      local company = cli(inst, { "company", "create", "--name", "Slots" }).companyId
+      local c = cli(inst, { "client", "create", "--company", company, "--environment", "test",
+        "--scopes", "accounts:read", "--rate-limit", tostring(limit) })
+      local tag = "{rl" .. cluster.slot_of("client:" .. c.clientId) % 16 .. "}"
+      c.slot = cluster.slot_of(tag)
+      c.get = function()
+        return inst:request("GET", "/api/v1/social-accounts", { headers = { ["X-Api-Key"] = c.apiKey } })
+      end
+      return c
     end
-    assert_rate_limited(inst:request("GET", "/api/v1/openapi.json"))
-    -- ...and spending them leaves the clients where they were.
-    assert_rate_limited(get(limited_key))
-    status = get(default_key)
-    assert.equal(200, status)
+
+    it("is checked by sgw doctor: reachable, every slot covered", function()
+      local inst = stack.start_sgw { name = "rl_doctor", set = on_backend {} }
+      local _, out = inst:command { "doctor", "--json" }
+      local report = assert(cjson.decode(out:match("{.*}")), out)
+      local redis_check
+      for _, c in ipairs(report.checks) do if c.name == "redis" then redis_check = c end end
+      assert.same({ name = "redis", status = "ok", message = "Redis Cluster reachable, every slot covered (3 masters)" },
+        redis_check)
+    end)
+
+    it("keeps the limit while the slot of a client moves to another node (ASK, then MOVED)", function()
+      local inst = stack.start_sgw { name = "rl_moved", set = on_backend {} }
+      local c = limited_client(inst, 6)
+      for i = 1, 2 do
+        local status, _, headers = c.get()
+        assert.equal(200, status)
+        assert.equal(tostring(6 - i), headers["x-ratelimit-remaining"])
+      end
+      local source = cluster.master_of(c.slot)
+      local target
+      for _, n in ipairs(cluster.alive()) do
+        local m = cluster.cli(n.port, "role"):match("^master") and n.port ~= source.port and n
+        if m and not target then target = m end
+      end
+      local target_id = cluster.node_id(target.port)
+      cluster.cli(target.port, "cluster", "setslot", c.slot, "importing", source.id)
+      cluster.cli(source.port, "cluster", "setslot", c.slot, "migrating", target_id)
+      local keys = {}
+      for k in cluster.cli(source.port, "cluster", "getkeysinslot", c.slot, 100):gmatch("[^\n]+") do keys[#keys + 1] = k end
+      assert.is_true(#keys >= 1, "the client's state is in the slot")
+      cluster.cli(source.port, "migrate", "127.0.0.1", target.port, "", 0, 5000, "keys", table.unpack(keys))
+      -- Keys gone from the source, slot not handed over: the source answers ASK.
+      local status, _, headers = c.get()
+      assert.equal(200, status)
+      assert.equal("3", headers["x-ratelimit-remaining"])
+      for _, n in ipairs(cluster.alive()) do
+        if cluster.cli(n.port, "role"):match("^master") then
+          cluster.cli(n.port, "cluster", "setslot", c.slot, "node", target_id)
+        end
+      end
+      -- Now the source answers MOVED, and sgw follows the new map.
+      for want = 2, 0, -1 do
+        status, _, headers = c.get()
+        assert.equal(200, status)
+        assert.equal(tostring(want), headers["x-ratelimit-remaining"])
+      end
+      assert.equal(429, (c.get()))
+      assert.equal(target.port, cluster.master_of(c.slot).port)
+    end)
+
+    it("fails open for the slots of a dead master, then counts on the promoted replica", function()
+      local inst = stack.start_sgw { name = "rl_failover", set = on_backend { ["redis.retry_interval_ms"] = 100 } }
+      local c = limited_client(inst, 10)
+      for _ = 1, 3 do assert.equal(200, (c.get())) end
+      local master = cluster.master_of(c.slot)
+      cluster.kill(master)
+      -- Until the cluster has promoted the replica: allowed, uncounted, never a 5xx.
+      local statuses = {}
+      stack.eventually(function()
+        local status, _, headers = c.get()
+        statuses[#statuses + 1] = status
+        assert.equal(200, status)
+        local m = cluster.master_of(c.slot)
+        return m and m.port ~= master.port and headers["x-ratelimit-remaining"] ~= "10"
+      end, 20, 0.05, "counted again on the promoted replica")
+      cluster.wait_ok("the cluster is whole again")
+      local _, _, headers = c.get()
+      local remaining = tonumber(headers["x-ratelimit-remaining"])
+      assert.is_true(remaining < 10)
+      local _, _, again = c.get()
+      assert.equal(remaining - 1, tonumber(again["x-ratelimit-remaining"]))
+    end)
   end)
-end)
+end

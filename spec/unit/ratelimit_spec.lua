@@ -14,6 +14,9 @@ describe("ratelimit", function()
       local e = store[key]
       if e and e.expires_us and e.expires_us <= now_us then store[key], e = nil, nil end
       return e and e.value or false
+    elseif cmd == "SET" and px == nil then
+      store[key] = { value = value }
+      return "OK"
     elseif cmd == "SET" then
       assert.equal("PX", px)
       assert.is_true(tonumber(ms) >= 1)
@@ -49,6 +52,26 @@ describe("ratelimit", function()
     return to_reply(assert(load(script, "=ratelimit", "t", env))())
   end
 
+  -- Redis Cluster's key slot: CRC16 (XMODEM) of the key, or of its {tag}.
+  local function key_slot(key)
+    local tag = key:match("{([^}]+)}")
+    key = tag or key
+    local crc = 0
+    for i = 1, #key do
+      crc = crc ~ (key:byte(i) << 8)
+      for _ = 1, 8 do
+        crc = (crc & 0x8000 ~= 0) and ((crc << 1) ~ 0x1021) or (crc << 1)
+        crc = crc & 0xffff
+      end
+    end
+    return crc % 16384
+  end
+
+  -- Where the state of a key lives: under one of 16 tags, by its slot.
+  local function state_key(key)
+    return "sgw:{rl" .. key_slot(key) % 16 .. "}:" .. key
+  end
+
   local function advance(seconds)
     now_us = now_us + math.floor(seconds * 1000000)
   end
@@ -57,6 +80,7 @@ describe("ratelimit", function()
     store, evals, counted, logged, down = {}, {}, 0, {}, false
     now_us, mono = 1700000000 * 1000000 + 123456, 5000
     _G.redis = {
+      key_slot = key_slot,
       eval_cached = function(script, nkeys, ...)
         evals[#evals + 1] = { nkeys = nkeys, ... }
         if down then return nil, "Connection refused" end
@@ -124,17 +148,36 @@ describe("ratelimit", function()
     assert.equal(9, r.reset)
   end)
 
-  it("keeps keys apart and stores them under <namespace>:rl: with an expiry", function()
+  it("fakes Redis Cluster slots as Redis computes them (CRC16 reference value)", function()
+    assert.equal(0x31C3, key_slot("123456789"))
+  end)
+
+  it("reads the epoch of the state key's own tag, in one script on one slot", function()
+    ratelimit.check("client:a", 3, "credentials:epoch")
+    local call = evals[#evals]
+    assert.equal(2, call.nkeys)
+    assert.equal(state_key("client:a"), call[1])
+    assert.equal(call[1]:match("^(sgw:{rl%d+}:)") .. "credentials:epoch", call[2])
+    assert.equal(key_slot(call[1]), key_slot(call[2]))
+    -- every tag has its epoch copy
+    local keys = ratelimit.epoch_keys("credentials:epoch")
+    assert.equal(16, #keys)
+    local found = false
+    for _, k in ipairs(keys) do found = found or k == call[2] end
+    assert.is_true(found)
+  end)
+
+  it("keeps keys apart and stores them under <namespace>:{rl<n>}: with an expiry", function()
     for _ = 1, 3 do ratelimit.check("client:a", 3) end
     assert.is_false(ratelimit.check("client:a", 3).allowed)
     assert.is_true(ratelimit.check("client:b", 3).allowed)
     assert.is_true(ratelimit.check("addr:127.0.0.1", 3).allowed)
-    assert.truthy(store["sgw:rl:client:a"])
-    assert.truthy(store["sgw:rl:addr:127.0.0.1"])
+    assert.truthy(store[state_key("client:a")])
+    assert.truthy(store[state_key("addr:127.0.0.1")])
     -- The state expires when the bucket is full again: nothing is left behind.
-    assert.equal(now_us + 60000000, store["sgw:rl:client:a"].expires_us)
+    assert.equal(now_us + 60000000, store[state_key("client:a")].expires_us)
     advance(60)
-    assert.is_false(fake_call("GET", "sgw:rl:client:a"))
+    assert.is_false(fake_call("GET", state_key("client:a")))
   end)
 
   it("handles limits too large for a whole microsecond per request", function()
@@ -148,11 +191,12 @@ describe("ratelimit", function()
     local r = ratelimit.check("k", 5)
     assert.equal(0, r.epoch)
     assert.equal(1, evals[1].nkeys) -- no epoch key: Redis is not asked for one
-    assert.equal(0, ratelimit.check("k", 5, "sgw:cred_epoch").epoch)
-    store["sgw:cred_epoch"] = { value = "42" }
-    assert.equal(42, ratelimit.check("k", 5, "sgw:cred_epoch").epoch)
+    assert.equal(0, ratelimit.check("k", 5, "cred_epoch").epoch)
+    local epoch_key = "sgw:{rl" .. key_slot("k") % 16 .. "}:cred_epoch"
+    store[epoch_key] = { value = "42" }
+    assert.equal(42, ratelimit.check("k", 5, "cred_epoch").epoch)
     assert.equal(2, evals[3].nkeys)
-    assert.equal("sgw:cred_epoch", evals[3][2])
+    assert.equal(epoch_key, evals[3][2])
     assert.equal(3, #evals) -- one round trip per check
   end)
 
@@ -182,10 +226,10 @@ describe("ratelimit", function()
       mono = mono + 51 -- the worker's block expires; Redis's clock stands still
       local r = ratelimit.check("client:big", limit)
       local call = evals[#evals] -- state key, limit, want, give back
-      assert.same({ "sgw:rl:client:big", limit, 73, 27 }, { call[1], call[2], call[3], call[4] })
+      assert.same({ state_key("client:big"), limit, 73, 27 }, { call[1], call[2], call[3], call[4] })
       assert.equal(limit - 201, r.remaining)
       -- Redis holds what was sent plus this worker's new block of 73 (72 unspent).
-      local tat = tonumber(store["sgw:rl:client:big"].value)
+      local tat = tonumber(store[state_key("client:big")].value)
       assert.equal(limit - 201 - 72, (60000000 - (tat - now_us)) // 600)
     end)
 
@@ -264,7 +308,7 @@ describe("ratelimit", function()
       end
 
       local function spent_in_redis(limit)
-        local tat = tonumber(store["sgw:rl:client:busy"].value)
+        local tat = tonumber(store[state_key("client:busy")].value)
         return limit - (60000000 - (tat - now_us)) // (60000000 // limit)
       end
 
