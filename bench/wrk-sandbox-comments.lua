@@ -14,5 +14,5 @@ function request()
   n = n + 1
   local body = string.format('{"postTargetId":"%s","text":"Feed bench comment %d, a few words long.","authorName":"Bench %d"}',
     targets[n % #targets + 1], n, n % 97)
-  return wrk.format(nil, nil, nil, body)
+  return wrk.format("POST", "/api/v1/sandbox/comments", nil, body)
 end
