@@ -65,10 +65,19 @@ foreach(spec ${SGW_UNIT_SPECS})
   set_tests_properties(unit/${name} PROPERTIES TIMEOUT 120 LABELS unit)
 endforeach()
 
+# Specs whose time goes to a browser or to a newcomer's walk-through (the web
+# pages in Chromium, the demo, the client examples) run in the normal build
+# only: what they add under ASan+UBSan is minutes, not C paths that the other
+# integration specs do not already drive.
+set(SGW_NORMAL_BUILD_ONLY_SPECS workspace workspace_comments workspace_posts sandbox_pages demo examples)
+
 file(GLOB SGW_INTEGRATION_SPECS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/spec/integration/*_spec.lua)
 foreach(spec ${SGW_INTEGRATION_SPECS})
   get_filename_component(file ${spec} NAME)
   string(REGEX REPLACE "_spec\\.lua$" "" name ${file})
+  if(SGW_SANITIZE AND name IN_LIST SGW_NORMAL_BUILD_ONLY_SPECS)
+    continue()
+  endif()
   add_test(NAME integration/${name}
     COMMAND ${SGW_RUN_WITH_SERVICES} ${SGW_BUSTED_COMMAND} spec/integration/${file}
     WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})

@@ -463,11 +463,15 @@ request = function()
   return wrk.format("GET", paths[i % #paths + 1])
 end
 ]])
+      -- One database, migrated once: each round is a new process, not a new schema.
+      local database_url
       for round = 1, 20 do
         -- A short drain, so that some requests are still queued or suspended
         -- when it ends and the stop has to see them through.
-        local inst = stack.start_sgw { name = "burst-" .. round, set = { ["lua.root"] = root,
+        local inst = stack.start_sgw { name = "burst-" .. round, database_url = database_url,
+          migrate = database_url == nil, set = { ["lua.root"] = root,
           ["api.rate_limit.anonymous_per_minute"] = 1000000, ["http.drain_seconds"] = 0.3, ["http.workers"] = 2 } }
+        database_url = inst.database_url
         stack.sh("(wrk -t2 -c48 -d4s --timeout 3s -s " .. stack.shell_quote(script) .. " " .. inst.base_url
           .. " > /dev/null 2>&1 &)")
         stack.eventually(function()
