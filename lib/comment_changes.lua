@@ -25,6 +25,37 @@ M.TYPES = { created = true, edited = true, hidden = true, unhidden = true, delet
 local EVENTS = { hidden = "social.comment.hidden", unhidden = "social.comment.unhidden",
   deleted = "social.comment.deleted" }
 
+-- The moderation action a state change is the outcome of.
+local ACTION = { hidden = "comment.hide", unhidden = "comment.unhide", deleted = "comment.delete" }
+
+-- A hide, unhide or delete the platform reports (a Meta webhook, the sync)
+-- while our own operation asking for exactly that is still pending is that
+-- operation's outcome arriving first: the change is its actor's (and a
+-- rule's carries ruleId and operationId), not the platform's, whichever of
+-- the two reaches sgw first.
+local function pending_cause(c)
+  if c.actor ~= nil or not ACTION[c.type] then return c.actor, c.data end
+  local op = assert(db.query([[SELECT a.actor_type, a.actor_id, a.operation_id
+      FROM comment_audit a JOIN operations o ON o.id = a.operation_id
+      WHERE a.comment_id = $1 AND a.action = $2 AND o.status IN ('queued', 'running')
+      ORDER BY a.id DESC LIMIT 1]], c.row.id, ACTION[c.type]))[1]
+  if not op then return nil, c.data end
+  local data = op.actor_type == "rule" and { ruleId = op.actor_id, operationId = op.operation_id } or c.data
+  return actors.present(op.actor_type, op.actor_id), data
+end
+
+-- Whether every state change of a row comments.apply returned is the
+-- platform reporting what our own pending operations asked for (then the
+-- platform batch announces nothing more: the operation's change is the news).
+function M.echo_of_pending(row)
+  local kinds = row.state_changes
+  if type(kinds) ~= "table" or #kinds == 0 then return false end
+  for _, kind in ipairs(kinds) do
+    if not ACTION[kind] or pending_cause({ row = row, type = kind }) == nil then return false end
+  end
+  return true
+end
+
 -- list: { {row = comment row with client_id (as comments.apply returns it),
 -- type = one of TYPES, actor = actors (nil: the platform), data = extra
 -- event fields or nil}, ... }, in the order they happened. Records them and
@@ -36,13 +67,14 @@ function M.record_many(list)
   for i, c in ipairs(list) do
     if not M.TYPES[c.type] then error("unknown comment change " .. tostring(c.type), 2) end
     local r = c.row
-    local actor_type, actor_id = actors.columns(c.actor)
+    local actor, data_extra = pending_cause(c)
+    local actor_type, actor_id = actors.columns(actor)
     local shown = comments.present(r)
     rows[i] = { company_id = r.company_id, environment = r.environment, comment_id = r.id, type = c.type,
       actor_type = actor_type, actor_id = actor_id, comment = shown, n = i }
     if EVENTS[c.type] then
       local data = { comment = shown }
-      for k, v in pairs(c.data or {}) do data[k] = v end
+      for k, v in pairs(data_extra or {}) do data[k] = v end
       list_events[#list_events + 1] = { type = EVENTS[c.type], data = data,
         client = { company_id = r.company_id, environment = r.environment, client_id = r.client_id } }
     end

@@ -220,7 +220,7 @@ function M.announce(created, changed)
     local type
     if new[id] then
       type = not r.is_from_account and "social.comment.received" or nil
-    elseif state_changed[id] then
+    elseif state_changed[id] and not require("comment_changes").echo_of_pending(r) then
       type = "social.comment.updated"
     end
     if type then
