@@ -416,7 +416,7 @@ function M.compiled(company_id, environment)
     company_id, environment, hit and hit.version or -1))[1]
   if not row then
     cache[key] = nil
-    return {}
+    return M.compile({})
   end
   if hit and hit.version == row.version then return hit.compiled end
   hit = { version = row.version, compiled = M.compile(row.rules) }

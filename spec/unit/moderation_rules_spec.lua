@@ -266,7 +266,7 @@ describe("rule evaluation at speed", function()
       function() return { links = true } end,
       function() return { emails = true } end,
       function() return { phones = true } end,
-      function() return { authors = { tostring(math.random(1, 3)) } } end,
+      function() return { authors = { tostring(math.random(1, 3)), tostring(math.random(1, 4)) } } end,
       function() return { maxLength = math.random(5, 40) } end,
       function() return { minLength = math.random(5, 40) } end,
     }
