@@ -394,6 +394,20 @@ end
 
 -- ---------------------------------------------------------------- API
 
+-- The literals of which every match holds one, longest first ({}: none known).
+local function needs_of(tree)
+  local list = {}
+  for lit in pairs(needed(literals(tree)) or {}) do list[#list + 1] = lit end
+  table.sort(list, function(x, y) return #x > #y or (#x == #y and x < y) end)
+  return list
+end
+
+-- The same for a valid pattern, for callers that share finds among patterns.
+function M.needs(pattern)
+  local tree = parse(pattern)
+  return needs_of(tree)
+end
+
 -- compile(pattern) -> match(folded_text[, seen]) -> bool, or nil and a message.
 -- seen: a table kept by the caller for one text, in which patterns run on it
 -- share their literal finds (literal -> whether the text has it).
@@ -413,10 +427,7 @@ function M.compile(pattern, plain)
   if a.nullable then return nil, "matches the empty text, hence every comment" end
   local follow, by_byte, first, last = a.follow, a.by_byte, a.first, a.last
   local candidates = start_pattern(a)
-  local need = not plain and needed(literals(tree)) or nil
-  local need_list = {}
-  for lit in pairs(need or {}) do need_list[#need_list + 1] = lit end
-  table.sort(need_list, function(x, y) return #x > #y or (#x == #y and x < y) end)
+  local need_list = plain and {} or needs_of(tree)
   local n_need = #need_list
 
   local trans, states = {}, 0

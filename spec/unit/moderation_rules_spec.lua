@@ -247,7 +247,8 @@ describe("rule evaluation at speed", function()
   it("random comments against random rules: the same first match as before", function()
     math.randomseed(14)
     local WORDS = { "free", "fr3e", "money", "win", "w1n", "300", "buy", "now", "spam", "café", "Crème", "Łódź",
-      "deal", "shop.com", "a@b.io", "+1", "555", "123", "4567", "the", "x", "colour", "color", "!", "naïve", "don't" }
+      "deal", "shop.com", "a@b.io", "+1", "555", "123", "4567", "the", "x", "colour", "color", "!", "naïve", "don't",
+      "monkey", "mon" }
     local KEYWORDS = { "free", "money", "win", "300", "buy now", "spam", "cafe", "CRÈME", "lodz", "shop.com", "don't" }
     local function pick(n)
       local out = {}
@@ -255,7 +256,9 @@ describe("rule evaluation at speed", function()
       return out
     end
     local PATTERNS = { "fr[e3]{2}\\s*money", "w[i1]n\\s+\\$?\\d{3,}", "colou?r", "^buy", "now$", "caf(e|é) cr",
-      "\\d{3}\\s\\d{4}", "(?:deal|spam)+", "x|y", "s[^p]am", "n.ve" }
+      "\\d{3}\\s\\d{4}", "(?:deal|spam)+", "x|y", "s[^p]am", "n.ve",
+      -- literals starting alike share one find of their start
+      "free money", "free monkey|deal", "fr[e3]e\\s+money", "money \\d+", "spam\\s*300" }
     local KINDS = {
       function() return { keywords = { KEYWORDS[math.random(#KEYWORDS)], table.concat(pick(2), " ") .. " x" } } end,
       function() return { keywords = { KEYWORDS[math.random(#KEYWORDS)] } } end,
@@ -263,26 +266,36 @@ describe("rule evaluation at speed", function()
       function() return { links = true } end,
       function() return { emails = true } end,
       function() return { phones = true } end,
-      function() return { authors = { tostring(math.random(1, 3)) } } end,
+      function() return { authors = { tostring(math.random(1, 3)), tostring(math.random(1, 4)) } } end,
       function() return { maxLength = math.random(5, 40) } end,
       function() return { minLength = math.random(5, 40) } end,
+    }
+    local SCOPES = {
+      function() return { platforms = { "instagram" } } end,
+      function() return { platforms = { "facebook", "instagram" } } end,
+      function() return { socialAccountIds = { "acc_2" } } end,
+      function() return { socialAccountIds = { "acc_1", "acc_3" }, platforms = { "facebook" } } end,
     }
     local checked = 0
     for _ = 1, 40 do
       local list = {}
+      local kind, scope
       for i = 1, math.random(1, 30) do
-        local match = KINDS[math.random(#KINDS)]()
+        -- runs of one kind and one scope are run as one step: make them common
+        if not kind or math.random() < 0.5 then kind = KINDS[math.random(#KINDS)] end
+        local match = kind()
         if math.random() < 0.3 then
           for k, v in pairs(KINDS[math.random(#KINDS)]()) do match[k] = v end
         end
-        local scope = math.random() < 0.2 and { platforms = { "instagram" } } or nil
+        if math.random() < 0.3 then scope = math.random() < 0.5 and SCOPES[math.random(#SCOPES)]() or nil end
         list[i] = { id = "r" .. i, match = match, scope = scope, action = "flag", enabled = math.random() < 0.9 }
       end
       local stored = assert(rules.check({ rules = list }))
       local compiled = rules.compile(stored)
       for _ = 1, 50 do
         local text = table.concat(pick(math.random(0, 12)), math.random() < 0.5 and " " or ", ")
-        local args = { text, tostring(math.random(1, 4)), math.random() < 0.5 and "facebook" or "instagram", "acc_1" }
+        local args = { text, tostring(math.random(1, 4)), math.random() < 0.5 and "facebook" or "instagram",
+          "acc_" .. math.random(1, 3) }
         local want = reference_first_match(stored, rules.subject(table.unpack(args)))
         local got = rules.first_match(compiled, rules.subject(table.unpack(args)))
         assert.are.equal(want and want.id, got and got.id, text)

@@ -23,4 +23,27 @@ function M.compile(value)
   return function(comment) return set[comment.author_id] == true end
 end
 
+-- A run of author rules (see rules.compile) is one lookup: author id -> the
+-- slots naming it, in order.
+function M.compile_set(values)
+  local tests, slots_of = {}, {}
+  for slot, value in ipairs(values) do
+    tests[slot] = M.compile(value)
+    for _, id in ipairs(value) do
+      local slots = slots_of[id] or {}
+      slots_of[id] = slots
+      if slots[#slots] ~= slot then slots[#slots + 1] = slot end
+    end
+  end
+  local function first(comment, lo, hi)
+    local slots = slots_of[comment.author_id]
+    if not slots then return nil end
+    for k = 1, #slots do
+      local slot = slots[k]
+      if slot >= lo then return slot <= hi and slot or nil end
+    end
+  end
+  return tests, first
+end
+
 return M

@@ -26,7 +26,9 @@ end
 -- " its words " when it has several. A comment is read once, word by word;
 -- only a word that starts some keyword costs more than a table lookup, so
 -- the cost grows with the comment, not with the number of rules.
--- compile_set(values) -> tests, tests[i] the test of values[i].
+-- compile_set(values) -> tests, first: tests[i] the test of values[i];
+-- first(comment, lo, hi) the lowest slot of lo..hi that holds, or nil, so a
+-- run of keyword rules costs one look at what the reading found.
 function M.compile_set(values)
   local index = {}
   for slot, value in ipairs(values) do
@@ -39,17 +41,18 @@ function M.compile_set(values)
       entries[#entries + 1] = { slot = slot, phrase = whole ~= " " .. first .. " " and whole or nil }
     end
   end
-  -- The slots that hold for the comment last asked about: every rule of the
-  -- set asks about one comment in turn, so it is read once. (Kept here
-  -- rather than on the comment: a table lookup beats a rawget call.)
+  -- The slots that hold for the comment last asked about (nil: none): every
+  -- rule of the set asks about one comment in turn, so it is read once.
+  -- (Kept here rather than on the comment: a table lookup beats a rawget call.)
   local last, found
   local function read(comment)
-    found = {}
+    found = nil
     for word in comment.folded:gmatch(text_fold.WORD) do
       local entries = index[word]
       if entries then
         for _, e in ipairs(entries) do
-          if not found[e.slot] and (not e.phrase or comment.spaced:find(e.phrase, 1, true)) then
+          if not (found and found[e.slot]) and (not e.phrase or comment.spaced:find(e.phrase, 1, true)) then
+            found = found or {}
             found[e.slot] = true
           end
         end
@@ -61,10 +64,19 @@ function M.compile_set(values)
   for slot = 1, #values do
     tests[slot] = function(comment)
       if comment ~= last then read(comment) end
-      return found[slot] == true
+      return found ~= nil and found[slot] == true
     end
   end
-  return tests
+  local function first(comment, lo, hi)
+    if comment ~= last then read(comment) end
+    if not found then return nil end
+    local best
+    for slot in pairs(found) do
+      if slot >= lo and slot <= hi and (not best or slot < best) then best = slot end
+    end
+    return best
+  end
+  return tests, first
 end
 
 function M.compile(value)
