@@ -24,6 +24,8 @@
 #include "sgw.h"
 
 #include <ctype.h>
+#include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +44,8 @@
 #define XFER_MT "sgw.httpc.xfer"
 #define EASY_MT "sgw.httpc.easy"
 #define DEFAULT_MAX_RESPONSE ((size_t)16 << 20)
+/* Sockets of the caller's that httpc_poll also waits on (the job pool's). */
+#define EXTRA_FDS_MAX 64
 
 typedef struct xfer xfer;
 
@@ -677,20 +681,36 @@ static void deliver(xfer *done, void (*on_ready)(lua_State *, int, void *), void
     }
 }
 
-void httpc_poll(sgw_httpc *h, int timeout_ms, void (*on_ready)(lua_State *co, int nres, void *ud), void *ud) {
-    if (!h) return;
+void httpc_poll(sgw_httpc *h, int timeout_ms, struct pollfd *extra, int nextra,
+                void (*on_ready)(lua_State *co, int nres, void *ud), void *ud) {
     xfer *failed = NULL;
-    promote(h, &failed);
+    if (h) promote(h, &failed);
     if (failed) {
         deliver(failed, on_ready, ud);
         return;
     }
-    if (!h->running.n) return;
+    if (!h || !h->running.n) {
+        /* Nothing of ours runs: wait on the caller's sockets alone. */
+        if (nextra > 0 && poll(extra, (nfds_t)nextra, timeout_ms > 0 ? timeout_ms : 0) < 0 && errno != EINTR)
+            for (int i = 0; i < nextra; i++) extra[i].revents = 0;
+        return;
+    }
     int still;
     curl_multi_perform(h->multi, &still);
     xfer *done = collect_done(h);
     if (!done) {
-        curl_multi_poll(h->multi, NULL, 0, timeout_ms > 0 ? timeout_ms : 0, NULL);
+        struct curl_waitfd wfd[EXTRA_FDS_MAX];
+        int nw = nextra < EXTRA_FDS_MAX ? nextra : EXTRA_FDS_MAX;
+        for (int i = 0; i < nw; i++) {
+            wfd[i].fd = extra[i].fd;
+            wfd[i].events = (short)((extra[i].events & POLLIN ? CURL_WAIT_POLLIN : 0) |
+                                    (extra[i].events & POLLOUT ? CURL_WAIT_POLLOUT : 0));
+            wfd[i].revents = 0;
+        }
+        curl_multi_poll(h->multi, wfd, (unsigned)nw, timeout_ms > 0 ? timeout_ms : 0, NULL);
+        for (int i = 0; i < nw; i++)
+            extra[i].revents = (short)((wfd[i].revents & CURL_WAIT_POLLIN ? POLLIN : 0) |
+                                       (wfd[i].revents & CURL_WAIT_POLLOUT ? POLLOUT : 0));
         curl_multi_perform(h->multi, &still);
         done = collect_done(h);
     }
@@ -775,7 +795,7 @@ static int start_async(lua_State *L, sgw_httpc *h, xfer *x, int xi, const req_op
 /* http.request(opts) -> {status, headers, body} | nil, message, kind */
 static int request_run(lua_State *L) {
     sgw_worker *w = lua_touserdata(L, lua_upvalueindex(1));
-    if (w && w->pg && pg_in_transaction(w->pg))
+    if (w && pg_worker_in_transaction(w, L))
         return luaL_error(L, "http.request is not allowed inside a database transaction");
     req_opts o;
     read_opts(L, &o);

@@ -36,7 +36,8 @@
  * coroutine yields on http.request. */
 /* pg.c */
 
-#define BUSY_POLL_MS     50          /* notification latency while transfers run */
+#define BUSY_POLL_MS     50          /* longest wait while jobs run (pool waits time out) */
+#define POOL_MAX         62          /* database.pool_size's ceiling (httpc's extra sockets) */
 #define TIMER_TICK_MS    1000
 #define TIMER_CLEANUP_MS (3600u * 1000u)
 #define LISTEN_RETRY_MS  2000
@@ -210,6 +211,7 @@ static void count(const job *j, const char *what) {
 static void finish_job(runner *r, job *j, outcome out, double secs, const char *error) {
     char msg[MAX_ERROR];
     copy_error(msg, sizeof msg, error); /* error may live on the coroutine's stack */
+    pgpool_forget(r->w.pgpool, j->co);
     if (j->ref != LUA_NOREF && r->w.L) luaL_unref(r->w.L, LUA_REGISTRYINDEX, j->ref);
     j->ref = LUA_NOREF;
     j->co = NULL;
@@ -294,16 +296,19 @@ static void resume_job(runner *r, job *j, int nargs) {
     sgw_httpc *h = r->w.httpc;
     int nres = 0;
     httpc_set_current(h, co);
+    pgpool_set_current(r->w.pgpool, co);
     budget_arm(co, r->budget_ms);
     int st = luart_resume(co, r->w.L, nargs, &nres);
     httpc_set_current(h, NULL);
+    pgpool_set_current(r->w.pgpool, NULL);
 
     if (st == LUA_YIELD) {
-        int ours = nres == 1 && lua_islightuserdata(co, -1) && lua_touserdata(co, -1) == (void *)h;
+        void *marker = nres == 1 && lua_islightuserdata(co, -1) ? lua_touserdata(co, -1) : NULL;
+        int ours = marker && (marker == (void *)h || marker == (void *)r->w.pgpool);
         lua_pop(co, nres);
-        if (ours) return; /* waiting for its transfer */
+        if (ours) return; /* waiting for its transfer or its statement */
         finish_job(r, j, OUT_FAILED, 0,
-                   "the job yielded outside http.request (coroutine.yield at the top of a job is not supported)");
+                   "the job yielded outside http.request and db.* (coroutine.yield at the top of a job is not supported)");
         return;
     }
     if (st != LUA_OK) {
@@ -503,6 +508,9 @@ static void heartbeat(runner *r) {
 /* At the end of the drain: give unfinished jobs back at once instead of
  * when their leases run out. Their attempt stays counted. */
 static void abandon(runner *r) {
+    /* Their open transactions end first (dropped: the server rolls back). */
+    for (int i = 0; i < r->concurrency; i++)
+        if (r->jobs[i].used) pgpool_forget(r->w.pgpool, r->jobs[i].co);
     size_t cap = (size_t)r->concurrency * 22 + 8;
     char *ids = malloc(cap);
     if (ids) {
@@ -755,7 +763,14 @@ static void *runner_main(void *arg) {
             claim(r);
 
         if (r->running > 0) {
-            httpc_poll(r->w.httpc, BUSY_POLL_MS, on_ready, r);
+            /* Transfers, statements, a wake-up and NOTIFY: whichever comes first. */
+            struct pollfd fds[POOL_MAX + 2];
+            int n = 0;
+            fds[n++] = (struct pollfd){ .fd = r->efd, .events = POLLIN };
+            if (r->listen) fds[n++] = (struct pollfd){ .fd = PQsocket(r->listen), .events = POLLIN };
+            n += pgpool_pollfds(r->w.pgpool, fds + n, POOL_MAX);
+            httpc_poll(r->w.httpc, pgpool_ready(r->w.pgpool) ? 0 : BUSY_POLL_MS, fds, n, on_ready, r);
+            pgpool_drive(r->w.pgpool, on_ready, r);
             drain_wake(r);
             listen_drain(r);
         } else if (!stop) {
@@ -774,6 +789,7 @@ static void *runner_main(void *arg) {
      * their transfers end with the worker's httpc. */
     for (int i = 0; i < r->concurrency; i++) {
         job *j = &r->jobs[i];
+        if (j->used) pgpool_forget(r->w.pgpool, j->co);
         if (j->used && j->ref != LUA_NOREF && r->w.L) luaL_unref(r->w.L, LUA_REGISTRYINDEX, j->ref);
         j->used = 0;
     }
@@ -812,6 +828,11 @@ int jobs_start(int n) {
     crypto_random_base62(tag, 8);
     int conc = (int)config_int("jobs.concurrency");
     if (conc < 1) conc = 1;
+    long long pool = config_int("database.pool_size");
+    if (pool < 1 || pool > POOL_MAX) {
+        log_msg(LOG_ERROR, "jobs_start", "database.pool_size must be 1 to %d (it is %lld)", POOL_MAX, pool);
+        return -1;
+    }
 
     for (int i = 0; i < n; i++) {
         runner *r = &runners[i];
@@ -826,9 +847,11 @@ int jobs_start(int n) {
         }
         r->concurrency = conc;
         r->w.httpc = httpc_new(conc);
+        r->w.pgpool = pgpool_new(config_str("database.url"), pool, conc,
+                                 (uint64_t)(config_int("database.pool_wait_ms") > 0 ? config_int("database.pool_wait_ms") : 0));
         r->jobs = calloc((size_t)conc, sizeof *r->jobs);
         r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-        if (!r->w.httpc || !r->jobs || r->efd < 0) {
+        if (!r->w.httpc || !r->w.pgpool || !r->jobs || r->efd < 0) {
             log_msg(LOG_ERROR, "jobs_start", "job worker %d: cannot allocate its resources", i);
             goto fail;
         }
@@ -847,7 +870,8 @@ int jobs_start(int n) {
         }
         r->started = 1;
     }
-    log_msg(LOG_INFO, "jobs_started", "%d job worker(s), %d jobs at once each", n, conc);
+    log_msg(LOG_INFO, "jobs_started", "%d job worker(s), %d jobs at once each, %lld database connections each",
+            n, conc, pool);
     return 0;
 fail:
     jobs_stop();

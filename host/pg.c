@@ -35,6 +35,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,6 +93,17 @@ struct sgw_pg {
     int       replica_usable;    /* as of the last check */
     int       replica_logged;    /* the state last logged: 1 used, 0 skipped, -1 none yet */
     uint64_t  replica_checked_at;
+    /* A statement sent without waiting (a job coroutine's: pgpool.c drives
+     * it with pg_async_step, the binding takes its answer). */
+    int       async;             /* 1 from the send until the answer is taken */
+    int       async_pipeline;    /* sent behind the transaction settings */
+    int       async_flush;       /* output still to flush */
+    int       async_done;        /* the answer is complete (or the connection broke) */
+    int       async_broken;      /* the connection must be dropped once the answer is read */
+    int       async_nulls;       /* end-of-statement markers seen (pipeline) */
+    PGTransactionStatusType async_before;
+    PGresult *async_settings;
+    PGresult *async_result;
 };
 
 /* Why a statement did not succeed, in the shape Lua receives it. */
@@ -158,9 +170,18 @@ static PGconn *connect_session(const char *conninfo, const char *setup_sql, int 
     return c;
 }
 
+static void async_clear(sgw_pg *pg) {
+    PQclear(pg->async_settings);
+    PQclear(pg->async_result);
+    pg->async_settings = pg->async_result = NULL;
+    pg->async = pg->async_pipeline = pg->async_flush = pg->async_done = 0;
+    pg->async_broken = pg->async_nulls = 0;
+}
+
 static void drop_connection(sgw_pg *pg) {
     if (pg->conn) PQfinish(pg->conn);
     pg->conn = NULL;
+    async_clear(pg);
 }
 
 static int ensure_connected(sgw_pg *pg, pg_failure *f) {
@@ -288,6 +309,124 @@ static int run_cmd(sgw_pg *pg, const char *sql, pg_failure *f) {
     if (!r) return -1;
     PQclear(r);
     return 0;
+}
+
+/* ------------------------------------------------------------ without waiting
+ *
+ * A job coroutine's statement is sent at once and answered later: pgpool.c
+ * polls the socket and calls pg_async_step until the answer is complete,
+ * then resumes the coroutine, whose binding takes it (async_take). The
+ * connection is in non-blocking mode only while a statement is in flight.
+ * Like exec_params, a statement that starts a transaction goes behind the
+ * transaction settings in one pipeline. sql_only: a simple-protocol string
+ * (no parameters), for the statements that end a transaction or savepoint. */
+static int send_async(sgw_pg *pg, const char *sql, int n, const char *const *vals, int simple,
+                      pg_failure *f) {
+    if (ensure_connected(pg, f)) return -1;
+    PGconn *c = pg->conn;
+    async_clear(pg);
+    pg->async_before = PQtransactionStatus(c);
+    int ok = PQsetnonblocking(c, 1) == 0;
+    if (ok && !simple && pg->async_before == PQTRANS_IDLE && PQenterPipelineMode(c)) {
+        char timeout[32];
+        long long ms = config_int("database.statement_timeout_ms");
+        snprintf(timeout, sizeof timeout, "%lld", ms > 0 ? ms : 0);
+        const char *const tv[1] = { timeout };
+        pg->async_pipeline = 1;
+        ok = PQsendQueryParams(c, TX_SETTINGS_SQL, 1, NULL, tv, NULL, NULL, 0) &&
+             PQsendQueryParams(c, sql, n, NULL, vals, NULL, NULL, 0) && PQpipelineSync(c);
+    } else if (ok) {
+        ok = simple ? PQsendQuery(c, sql) : PQsendQueryParams(c, sql, n, NULL, vals, NULL, NULL, 0);
+    }
+    int fl = ok ? PQflush(c) : -1;
+    if (fl < 0) {
+        failure_from_result(f, NULL, c);
+        if (!f->sqlstate[0]) snprintf(f->sqlstate, sizeof f->sqlstate, "08006");
+        drop_connection(pg);
+        return -1;
+    }
+    pg->async = 1;
+    pg->async_flush = fl == 1;
+    return 0;
+}
+
+int pg_async_fd(sgw_pg *pg, short *events) {
+    if (!pg || !pg->async || pg->async_done || !pg->conn) return -1;
+    *events = (short)(POLLIN | (pg->async_flush ? POLLOUT : 0));
+    return PQsocket(pg->conn);
+}
+
+/* Reads what has arrived; 1 once the answer is complete. Never blocks. */
+int pg_async_step(sgw_pg *pg) {
+    if (!pg || !pg->async) return 0;
+    if (pg->async_done) return 1;
+    PGconn *c = pg->conn;
+    if (pg->async_flush) {
+        int fl = PQflush(c);
+        if (fl < 0) goto broken;
+        pg->async_flush = fl == 1;
+    }
+    if (!PQconsumeInput(c)) goto broken;
+    while (!PQisBusy(c)) {
+        PGresult *r = PQgetResult(c);
+        if (!pg->async_pipeline) {
+            if (!r) {
+                pg->async_done = 1;
+                break;
+            }
+            if (!pg->async_result) pg->async_result = r;
+            else PQclear(r);             /* only after an error */
+            continue;
+        }
+        if (!r) {
+            /* One NULL ends each statement's results; more than the two
+             * statements' would mean the pipeline is not what we sent. */
+            if (++pg->async_nulls > 2) goto broken;
+            continue;
+        }
+        if (PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
+            PQclear(r);
+            pg->async_done = 1;
+            if (!PQexitPipelineMode(c)) pg->async_broken = 1;
+            break;
+        }
+        if (!pg->async_settings && pg->async_nulls == 0) pg->async_settings = r;
+        else if (!pg->async_result && pg->async_nulls == 1) pg->async_result = r;
+        else PQclear(r);
+    }
+    if (pg->async_done && !pg->async_broken && PQsetnonblocking(c, 0) != 0) pg->async_broken = 1;
+    return pg->async_done;
+broken:
+    pg->async_done = 1;
+    pg->async_broken = 1;
+    return 1;
+}
+
+/* The answer of the statement in flight: a result to inspect, or NULL
+ * with f filled in when the connection broke (it is dropped then, after f
+ * has its message). */
+static PGresult *async_take(sgw_pg *pg, pg_failure *f) {
+    PGresult *r = pg->async_result, *settings = pg->async_settings;
+    pg->async_result = pg->async_settings = NULL;
+    if (settings && PQresultStatus(settings) != PGRES_TUPLES_OK) {
+        PQclear(r);                      /* the statement was skipped: say why */
+        r = settings;
+        settings = NULL;
+    }
+    PQclear(settings);
+    int broken = pg->async_broken || !pg->conn;
+    pg->async = pg->async_done = pg->async_broken = 0;
+    if (!broken && r) return r;
+    if (pg->conn) failure_from_result(f, broken ? NULL : r, pg->conn);
+    else set_failure(f, "08006", "%s", "the database connection was lost");
+    if (broken && strncmp(f->sqlstate, "08", 2) != 0) snprintf(f->sqlstate, sizeof f->sqlstate, "08006");
+    PQclear(r);
+    if (broken) drop_connection(pg);
+    return NULL;
+}
+
+void pg_drop(sgw_pg *pg) {
+    if (pg) drop_connection(pg);
 }
 
 /* ------------------------------------------------------------ C API */
@@ -434,9 +573,33 @@ static int res_box_gc(lua_State *L) {
     return 0;
 }
 
+/* The connection a blocking db.* call uses: in a job, the one its
+ * transaction holds (a nested coroutine of the job shares it), else the
+ * worker's own. */
+static sgw_pg *worker_conn(sgw_worker *w, lua_State *L) {
+    (void)L;
+    if (!w) return NULL;
+    if (w->pgpool) {
+        sgw_pg *held = pgpool_held(w->pgpool, pgpool_current(w->pgpool));
+        if (held) return held;
+    }
+    return w->pg;
+}
+
 static sgw_pg *upvalue_pg(lua_State *L) {
+    return worker_conn(lua_touserdata(L, UV_WORKER), L);
+}
+
+int pg_worker_in_transaction(sgw_worker *w, lua_State *L) {
+    return pg_in_transaction(worker_conn(w, L));
+}
+
+/* The pool when L may wait on it without blocking: the job coroutine the
+ * runner is resuming, in a yieldable context. NULL: block. */
+static sgw_pgpool *async_pool(lua_State *L) {
     sgw_worker *w = lua_touserdata(L, UV_WORKER);
-    return w ? w->pg : NULL;
+    if (!w || !w->pgpool || !w->pg || pgpool_current(w->pgpool) != L || !lua_isyieldable(L)) return NULL;
+    return w->pgpool;
 }
 
 static int push_not_configured(lua_State *L) {
@@ -660,24 +823,349 @@ static int db_exec_k(lua_State *L, int status, lua_KContext ctx) {
     return db_run(L, RUN_EXEC);
 }
 
+static int db_run_async(lua_State *L, run_kind kind);
+static int db_transaction_async(lua_State *L, sgw_pgpool *p);
+
 static int db_query(lua_State *L) {
     SGW_MIGRATE_IF_SOCKET(L, db_query_k);
+    if (async_pool(L)) return db_run_async(L, RUN_QUERY);
     return db_run(L, RUN_QUERY);
 }
 
 static int db_read_query(lua_State *L) {
     SGW_MIGRATE_IF_SOCKET(L, db_read_query_k);
+    if (async_pool(L)) return db_run_async(L, RUN_READ);
     return db_run(L, RUN_READ);
 }
 
 static int db_exec(lua_State *L) {
     SGW_MIGRATE_IF_SOCKET(L, db_exec_k);
+    if (async_pool(L)) return db_run_async(L, RUN_EXEC);
     return db_run(L, RUN_EXEC);
 }
 
 static int db_in_transaction(lua_State *L) {
     lua_pushboolean(L, pg_in_transaction(upvalue_pg(L)));
     return 1;
+}
+
+/* ------------------------------------------------------------ Lua: db, waiting in a job
+ *
+ * The same calls for the job coroutine being resumed: each statement is
+ * sent on a pool connection and the coroutine yields until pgpool_drive
+ * has its answer (see pgpool.c). The context of a continuation packs the
+ * call's kind, its attempt (a broken idle connection is tried once more on
+ * a fresh one, as run() does) and its parameter count. */
+#define ACTX(kind, attempt, n) ((lua_KContext)(kind) | ((lua_KContext)(attempt) << 2) | ((lua_KContext)(n) << 3))
+#define ACTX_KIND(c)    ((run_kind)((c) & 3))
+#define ACTX_ATTEMPT(c) ((int)(((c) >> 2) & 1))
+#define ACTX_N(c)       ((int)((c) >> 3))
+
+static int pool_wait_failure(lua_State *L, pg_failure *f) {
+    char ms[32];
+    snprintf(ms, sizeof ms, "%lld", config_int("database.pool_wait_ms"));
+    set_failure(f, "53300", "database unavailable: no connection of the job worker's pool was free "
+                "within %s ms (database.pool_size, database.pool_wait_ms)", ms);
+    (void)L;
+    return 0;
+}
+
+/* Takes a connection for L: its own, or one from the pool. NULL when L
+ * must yield and ask again (*expired 0), or waited too long (*expired 1). */
+static sgw_pg *async_conn(sgw_pgpool *p, lua_State *L, int *expired) {
+    int state;
+    sgw_pg *pg = pgpool_acquire(p, L, &state);
+    *expired = 0;
+    if (!pg && state == PGPOOL_EXPIRED) *expired = 1;
+    return pg;
+}
+
+static int yield_on(lua_State *L, sgw_pgpool *p, lua_KContext ctx, lua_KFunction k) {
+    lua_pushlightuserdata(L, p);
+    return lua_yieldk(L, 1, ctx, k);
+}
+
+static int db_async_send(lua_State *L, int status, lua_KContext ctx);
+static int raise_failure(lua_State *L, const pg_failure *f);
+
+static int db_async_answer(lua_State *L, int status, lua_KContext ctx) {
+    (void)status;
+    sgw_pgpool *p = lua_touserdata(L, UV_WORKER) ? ((sgw_worker *)lua_touserdata(L, UV_WORKER))->pgpool : NULL;
+    sgw_pg *pg = p ? pgpool_using(p, L) : NULL;
+    pg_failure f;
+    if (!pg || !pg->async || !pg->async_done) {
+        /* Resumed by someone other than the pool: the call is over. */
+        if (pg && !pgpool_held(p, L)) {
+            pg_drop(pg);
+            pgpool_release(p, pg);
+        }
+        set_failure(&f, "57014", "%s", "the statement was interrupted: the job was resumed before its answer came");
+        return push_failure(L, &f);
+    }
+    int held = pgpool_held(p, L) != NULL;
+    PGTransactionStatusType before = pg->async_before;
+    res_box *box = lua_newuserdatauv(L, sizeof *box, 0);
+    box->res = NULL;
+    luaL_setmetatable(L, RESULT_MT);
+    box->res = async_take(pg, &f);
+    ExecStatusType st = box->res ? PQresultStatus(box->res) : PGRES_FATAL_ERROR;
+    if (box->res && st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK && st != PGRES_EMPTY_QUERY) {
+        if (st == PGRES_COPY_IN || st == PGRES_COPY_OUT || st == PGRES_COPY_BOTH) {
+            pg_drop(pg);
+            set_failure(&f, "0A000", "%s", "COPY is not supported through db.query/db.exec");
+        } else {
+            failure_from_result(&f, box->res, pg->conn);
+        }
+        PQclear(box->res);
+        box->res = NULL;
+    }
+    if (!held) pgpool_release(p, pg);
+    if (!box->res) {
+        int broken = !pg->conn || PQstatus(pg->conn) == CONNECTION_BAD;
+        if (broken && ACTX_ATTEMPT(ctx) == 0 && before == PQTRANS_IDLE && !held && pg->tx_depth == 0) {
+            lua_pop(L, 1);
+            log_msg(LOG_INFO, "db_retry", "the database connection broke; reconnecting once");
+            return db_async_send(L, 0, ctx | ((lua_KContext)1 << 2));
+        }
+        return push_failure(L, &f);
+    }
+    if (ACTX_KIND(ctx) != RUN_EXEC) {
+        push_rows(L, box->res);
+    } else {
+        const char *affected = PQcmdTuples(box->res);
+        lua_pushinteger(L, *affected ? (lua_Integer)strtoll(affected, NULL, 10) : 0);
+    }
+    PQclear(box->res);
+    box->res = NULL;
+    return 1;
+}
+
+/* Sends the statement at 1 with the parameters 2..n+1; yields for the
+ * answer. Strings made for the parameters are copied by libpq at the send. */
+static int db_async_send(lua_State *L, int status, lua_KContext ctx) {
+    (void)status;
+    sgw_pgpool *p = ((sgw_worker *)lua_touserdata(L, UV_WORKER))->pgpool;
+    pg_failure f;
+    int expired;
+    sgw_pg *pg = async_conn(p, L, &expired);
+    if (!pg) {
+        if (!expired) return yield_on(L, p, ctx, db_async_send);
+        pool_wait_failure(L, &f);
+        return push_failure(L, &f);
+    }
+    int n = ACTX_N(ctx), top = lua_gettop(L);
+    const char *vals[MAX_PARAMS];
+    char num[MAX_PARAMS][48];
+    int rc = collect_params(L, n, vals, num, &f);
+    if (rc == 0) rc = send_async(pg, lua_tostring(L, 1), n, vals, 0, &f);
+    lua_settop(L, top);
+    if (rc) {
+        if (!pgpool_held(p, L)) pgpool_release(p, pg);
+        return push_failure(L, &f);
+    }
+    pgpool_sent(p, pg);
+    return yield_on(L, p, ctx, db_async_answer);
+}
+
+static int db_run_async(lua_State *L, run_kind kind) {
+    static const char *const names[] = { "exec", "query", "read_query" };
+    luaL_checkstring(L, 1);
+    int n = lua_gettop(L) - 1;
+    if (n > MAX_PARAMS)
+        return luaL_error(L, "db.%s: at most %d parameters", names[kind], MAX_PARAMS);
+    /* Lag-tolerant reads of jobs go to the primary: the pool has no replica. */
+    return db_async_send(L, 0, ACTX(kind, 0, n));
+}
+
+/* db.transaction in a job: BEGIN (or SAVEPOINT) on a connection the
+ * coroutine then holds, fn under lua_pcallk (so that fn's statements may
+ * yield too), then COMMIT (RELEASE), or ROLLBACK after an error. The state
+ * lives in a userdata at stack index 1, under fn and its arguments. */
+typedef struct tx_state {
+    int  nested;
+    int  nargs;
+    int  aborted;                /* fn went on after a statement failed */
+    char savepoint[32];
+} tx_state;
+
+static sgw_pgpool *tx_pool(lua_State *L) { return ((sgw_worker *)lua_touserdata(L, UV_WORKER))->pgpool; }
+
+/* After the transaction (or savepoint) ended: the connection goes back
+ * when the outermost one ends. */
+static void tx_async_leave(lua_State *L, sgw_pg *pg, const tx_state *t) {
+    if (pg->tx_depth > 0) pg->tx_depth--;
+    if (!t->nested) {
+        if (pg->conn && PQstatus(pg->conn) == CONNECTION_OK && PQtransactionStatus(pg->conn) != PQTRANS_IDLE)
+            pg_drop(pg);         /* not back to idle: never hand it on */
+        pgpool_release(tx_pool(L), pg);
+    }
+}
+
+static int tx_async_undone(lua_State *L, int status, lua_KContext ctx) {
+    (void)status;
+    (void)ctx;
+    tx_state *t = lua_touserdata(L, 1);
+    sgw_pgpool *p = tx_pool(L);
+    sgw_pg *pg = pgpool_held(p, L);
+    if (!pg) return lua_error(L);
+    if (pg->async) {
+        pg_failure ignored;
+        PGresult *r = async_take(pg, &ignored);
+        PQclear(r);
+    }
+    tx_async_leave(L, pg, t);
+    if (t->aborted) {
+        pg_failure f;
+        set_failure(&f, "25P02", "%s", "transaction rolled back: a statement in it failed");
+        return raise_failure(L, &f);
+    }
+    return lua_error(L);         /* fn's error object, unchanged */
+}
+
+/* Sends the ROLLBACK (TO SAVEPOINT) and yields; with the connection gone
+ * there is nothing to send: the server has rolled back. */
+static int tx_async_undo(lua_State *L, tx_state *t, sgw_pg *pg) {
+    sgw_pgpool *p = tx_pool(L);
+    if (pg->conn && PQstatus(pg->conn) == CONNECTION_OK) {
+        char sql[128];
+        if (t->nested)
+            snprintf(sql, sizeof sql, "ROLLBACK TO SAVEPOINT %s; RELEASE SAVEPOINT %s", t->savepoint, t->savepoint);
+        else
+            snprintf(sql, sizeof sql, "ROLLBACK");
+        pg_failure ignored;
+        if (send_async(pg, sql, 0, NULL, 1, &ignored) == 0) {
+            pgpool_sent(p, pg);
+            return yield_on(L, p, 0, tx_async_undone);
+        }
+    }
+    return tx_async_undone(L, 0, 0);
+}
+
+static int tx_async_ended(lua_State *L, int status, lua_KContext ctx) {
+    (void)status;
+    (void)ctx;
+    tx_state *t = lua_touserdata(L, 1);
+    sgw_pg *pg = pgpool_held(tx_pool(L), L);
+    pg_failure f;
+    if (!pg || !pg->async) {
+        set_failure(&f, "57014", "%s", "the transaction's end was interrupted");
+        if (pg) tx_async_leave(L, pg, t);
+        return raise_failure(L, &f);
+    }
+    PGresult *r = async_take(pg, &f);
+    int ok = r && PQresultStatus(r) == PGRES_COMMAND_OK;
+    if (r && !ok) failure_from_result(&f, r, pg->conn);
+    if (ok && !t->nested && strcmp(PQcmdStatus(r), "COMMIT") != 0) {
+        ok = 0;
+        set_failure(&f, "40000", "%s", "transaction rolled back by the server at COMMIT");
+    }
+    PQclear(r);
+    tx_async_leave(L, pg, t);
+    if (!ok) return raise_failure(L, &f);
+    lua_remove(L, 1);
+    return lua_gettop(L);
+}
+
+static int tx_async_body(lua_State *L, int status, lua_KContext ctx) {
+    (void)ctx;
+    tx_state *t = lua_touserdata(L, 1);
+    sgw_pgpool *p = tx_pool(L);
+    sgw_pg *pg = pgpool_held(p, L);
+    if (!pg) {
+        /* Lost while fn ran (cannot happen: only forget takes it). */
+        pg_failure f;
+        set_failure(&f, "08006", "%s", "the transaction's connection was lost");
+        return raise_failure(L, &f);
+    }
+    if (status != LUA_OK && status != LUA_YIELD) return tx_async_undo(L, t, pg);
+    if (pg->conn && PQstatus(pg->conn) == CONNECTION_OK && PQtransactionStatus(pg->conn) == PQTRANS_INERROR) {
+        t->aborted = 1;
+        return tx_async_undo(L, t, pg);
+    }
+    char sql[96];
+    if (t->nested) snprintf(sql, sizeof sql, "RELEASE SAVEPOINT %s", t->savepoint);
+    else snprintf(sql, sizeof sql, "COMMIT");
+    pg_failure f;
+    if (send_async(pg, sql, 0, NULL, 1, &f)) {
+        tx_async_leave(L, pg, t);
+        return raise_failure(L, &f);
+    }
+    pgpool_sent(p, pg);
+    return yield_on(L, p, 0, tx_async_ended);
+}
+
+static int tx_async_begun(lua_State *L, int status, lua_KContext ctx) {
+    (void)status;
+    (void)ctx;
+    tx_state *t = lua_touserdata(L, 1);
+    sgw_pg *pg = pgpool_held(tx_pool(L), L);
+    pg_failure f;
+    PGresult *r = pg && pg->async ? async_take(pg, &f) : NULL;
+    if (!pg || !pg->async) set_failure(&f, "57014", "%s", "the transaction's start was interrupted");
+    if (r && PQresultStatus(r) != PGRES_COMMAND_OK) {
+        failure_from_result(&f, r, pg->conn);
+        PQclear(r);
+        r = NULL;
+    }
+    if (!r) {
+        if (pg && !t->nested) {
+            if (pg->conn && PQstatus(pg->conn) == CONNECTION_OK && PQtransactionStatus(pg->conn) != PQTRANS_IDLE)
+                pg_drop(pg);
+            pgpool_release(tx_pool(L), pg);
+        }
+        return raise_failure(L, &f);
+    }
+    PQclear(r);
+    pg->tx_depth++;
+    int st = lua_pcallk(L, t->nargs, LUA_MULTRET, 0, 0, tx_async_body);
+    return tx_async_body(L, st, 0);
+}
+
+static int tx_async_begin(lua_State *L, int status, lua_KContext ctx) {
+    (void)status;
+    (void)ctx;
+    tx_state *t = lua_touserdata(L, 1);
+    sgw_pgpool *p = tx_pool(L);
+    pg_failure f;
+    sgw_pg *pg;
+    if (t->nested) {
+        pg = pgpool_held(p, L);
+    } else {
+        int expired;
+        pg = async_conn(p, L, &expired);
+        if (!pg) {
+            if (!expired) return yield_on(L, p, 0, tx_async_begin);
+            pool_wait_failure(L, &f);
+            return raise_failure(L, &f);
+        }
+        pgpool_hold(p, pg, 1);
+    }
+    char sql[64];
+    if (t->nested) {
+        snprintf(t->savepoint, sizeof t->savepoint, "sgw_tx_%d", pg->tx_depth + 1);
+        snprintf(sql, sizeof sql, "SAVEPOINT %s", t->savepoint);
+    } else {
+        snprintf(sql, sizeof sql, "BEGIN");
+    }
+    /* BEGIN goes as a parameterless extended-protocol statement, so that it
+     * travels behind the transaction settings (send_async's pipeline). */
+    if (send_async(pg, sql, 0, NULL, t->nested, &f)) {
+        if (!t->nested) pgpool_release(p, pg);
+        return raise_failure(L, &f);
+    }
+    pgpool_sent(p, pg);
+    return yield_on(L, p, 0, tx_async_begun);
+}
+
+static int db_transaction_async(lua_State *L, sgw_pgpool *p) {
+    luaL_checktype(L, 1, LUA_TFUNCTION);
+    int nargs = lua_gettop(L) - 1;
+    tx_state *t = lua_newuserdatauv(L, sizeof *t, 0);
+    memset(t, 0, sizeof *t);
+    t->nargs = nargs;
+    t->nested = pgpool_held(p, L) != NULL;
+    lua_insert(L, 1);
+    return tx_async_begin(L, 0, 0);
 }
 
 /* Ends the transaction or savepoint db.transaction opened after fn returned
@@ -748,12 +1236,11 @@ static int raise_failure(lua_State *L, const pg_failure *f) {
 /* db.transaction(fn, ...). A nested call runs in a savepoint, so an error
  * caught by the outer fn undoes exactly the inner part.
  *
- * fn runs under lua_pcall, not lua_pcallk: a yield inside fn fails with
- * "attempt to yield across a C-call boundary" and rolls back. That is on
- * purpose. A job worker's coroutines share one connection; if a transaction
- * could stay open across a yield, the other coroutines' statements would run
- * inside it. A request migrates off its socket thread before BEGIN (see
- * db_transaction), so fn never needs to yield to wait. */
+ * Here fn runs under lua_pcall, not lua_pcallk: a yield inside fn fails with
+ * "attempt to yield across a C-call boundary" and rolls back. A request
+ * migrates off its socket thread before BEGIN (see db_transaction), so fn
+ * never needs to yield to wait there; a job's coroutine takes the waiting
+ * path (db_transaction_async), where fn may yield. */
 static int transaction_run(lua_State *L) {
     luaL_checktype(L, 1, LUA_TFUNCTION);
     sgw_pg *pg = upvalue_pg(L);
@@ -792,6 +1279,8 @@ static int db_transaction_k(lua_State *L, int status, lua_KContext ctx) {
 
 static int db_transaction(lua_State *L) {
     SGW_MIGRATE_IF_SOCKET(L, db_transaction_k);
+    sgw_pgpool *p = async_pool(L);
+    if (p) return db_transaction_async(L, p);
     return transaction_run(L);
 }
 

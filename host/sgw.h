@@ -95,6 +95,7 @@ typedef struct sgw_pg    sgw_pg;
 typedef struct sgw_redis sgw_redis;
 typedef struct sgw_httpc sgw_httpc;
 typedef struct sgw_gen   sgw_gen;
+typedef struct sgw_pgpool sgw_pgpool;
 
 typedef struct sgw_worker {
     int         id;
@@ -104,6 +105,7 @@ typedef struct sgw_worker {
     sgw_pg     *pg;          /* owned; NULL when database.url is empty */
     sgw_redis  *redis;       /* owned; NULL when redis.url is empty */
     sgw_httpc  *httpc;       /* owned by job workers; NULL: outbound calls block */
+    sgw_pgpool *pgpool;      /* owned by job workers; NULL: db.* block on pg */
 } sgw_worker;
 
 /* ------------------------------------------------------------------- pg.c
@@ -135,6 +137,41 @@ struct pg_conn *pg_raw(sgw_pg *pg);                /* PGconn*, connected or NULL
  * there is no connection. */
 struct pg_result;
 struct pg_result *pg_exec(sgw_pg *pg, const char *sql, int n, const char *const *vals);
+/* 1 when L's db.* calls are inside a transaction (http.request refuses). */
+int     pg_worker_in_transaction(sgw_worker *w, lua_State *L);
+/* A statement sent without waiting (pgpool.c): its socket and the poll
+ * events it waits for (-1: nothing in flight); pg_async_step reads what
+ * arrived without blocking and is 1 once the answer is complete. */
+int     pg_async_fd(sgw_pg *pg, short *events);
+int     pg_async_step(sgw_pg *pg);
+void    pg_drop(sgw_pg *pg);                       /* closes the connection */
+
+/* --------------------------------------------------------------- pgpool.c
+ * A job worker's connections, shared by its coroutines: a db.* call of the
+ * coroutine being resumed (pgpool_set_current) takes one, sends, yields
+ * (lightuserdata: the pool) and is resumed by pgpool_drive. */
+enum { PGPOOL_WAITING, PGPOOL_GRANTED, PGPOOL_EXPIRED };
+sgw_pgpool *pgpool_new(const char *conninfo, int size, int max_waiters, uint64_t wait_ms);
+void        pgpool_free(sgw_pgpool *p);
+void        pgpool_set_current(sgw_pgpool *p, lua_State *co);
+lua_State  *pgpool_current(sgw_pgpool *p);
+sgw_pg     *pgpool_using(sgw_pgpool *p, lua_State *co);   /* taken by co, or NULL */
+sgw_pg     *pgpool_held(sgw_pgpool *p, lua_State *co);    /* held by co's transaction */
+/* A connection for co (*state PGPOOL_GRANTED): the one it uses already, or
+ * a free one; or NULL: co waits in line (PGPOOL_WAITING: yield, then ask
+ * again) or waited too long (PGPOOL_EXPIRED). */
+sgw_pg     *pgpool_acquire(sgw_pgpool *p, lua_State *co, int *state);
+void        pgpool_hold(sgw_pgpool *p, sgw_pg *pg, int held);
+void        pgpool_release(sgw_pgpool *p, sgw_pg *pg);    /* back to free */
+void        pgpool_sent(sgw_pgpool *p, sgw_pg *pg);       /* drive resumes its user */
+struct pollfd;
+int         pgpool_pollfds(sgw_pgpool *p, struct pollfd *fds, int cap);
+int         pgpool_ready(sgw_pgpool *p);   /* a waiter can have a free connection now */
+/* Reads answers; calls on_ready(co, 0, ud) for every coroutine whose answer
+ * is complete, that got a connection, or that waited too long. */
+void        pgpool_drive(sgw_pgpool *p, void (*on_ready)(lua_State *co, int nres, void *ud), void *ud);
+/* co ended: what it used goes back (dropped when not clean). */
+void        pgpool_forget(sgw_pgpool *p, lua_State *co);
 
 /* ----------------------------------------------------------------- redis.c */
 int        redis_configured(void);                 /* redis.url or redis.cluster_urls set */
@@ -226,7 +263,10 @@ void       httpc_set_current(sgw_httpc *h, lua_State *co);
 /* Runs transfers for up to timeout_ms; for each finished one calls
  * on_ready(co, 0, ud), which must resume co before it returns (the results
  * are built inside the coroutine, under its protected call). */
-void       httpc_poll(sgw_httpc *h, int timeout_ms,
+/* Also waits on extra's sockets (their revents set on return); without
+ * transfers it waits on those alone. */
+struct pollfd;
+void       httpc_poll(sgw_httpc *h, int timeout_ms, struct pollfd *extra, int nextra,
                       void (*on_ready)(lua_State *co, int nres, void *ud), void *ud);
 /* Global `http`: http.request{method,url,headers,body,timeout} */
 void       lapi_http_open(lua_State *L, sgw_worker *w);

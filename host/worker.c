@@ -113,6 +113,7 @@ void worker_destroy(sgw_worker *w) {
     if (w->pg) pg_close(w->pg);
     if (w->redis) redis_close(w->redis);
     if (w->httpc) httpc_free(w->httpc);
+    if (w->pgpool) pgpool_free(w->pgpool);
     memset(w, 0, sizeof *w);
 }
 

@@ -142,7 +142,7 @@ static void test_concurrent(void) {
     double t0 = now_ms();
     spawn(&r, 40, refs);
     check(httpc_active(w.httpc) == 40, "all 40 transfers are under way (8 running, 32 waiting)", NULL);
-    while (r.finished < 40 && now_ms() - t0 < 20000) httpc_poll(w.httpc, 100, on_ready, &r);
+    while (r.finished < 40 && now_ms() - t0 < 20000) httpc_poll(w.httpc, 100, NULL, 0, on_ready, &r);
     double ms = now_ms() - t0;
     char why[256];
     check(r.finished == 40 && r.errors == 0, "40 coroutines finish", r.last_error);
@@ -265,7 +265,7 @@ static void test_abandoned(int state_first) {
     run r = { .w = &w, .L = L };
     int refs[10];
     spawn(&r, 10, refs);
-    httpc_poll(w.httpc, 50, on_ready, &r);
+    httpc_poll(w.httpc, 50, NULL, 0, on_ready, &r);
     check(httpc_active(w.httpc) == 10 && r.finished == 0, "abandoned transfers are pending", NULL);
     if (state_first) {
         lua_close(L);
@@ -298,7 +298,7 @@ static void test_nested(void) {
     int ref;
     spawn(&r, 1, &ref);
     double t0 = now_ms();
-    while (r.finished < 1 && now_ms() - t0 < 5000) httpc_poll(w.httpc, 100, on_ready, &r);
+    while (r.finished < 1 && now_ms() - t0 < 5000) httpc_poll(w.httpc, 100, NULL, 0, on_ready, &r);
     lua_getglobal(L, "nested");
     const char *got = lua_tostring(L, -1);
     check(got && strcmp(got, "200 200") == 0 && r.errors == 0, "nested coroutine blocks; pcall'd call yields",

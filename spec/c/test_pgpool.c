@@ -1,0 +1,284 @@
+/*
+ * test_pgpool.c — a job worker's connection pool (pgpool.c) and the db.*
+ * calls that wait on it without blocking (pg.c): first the waiting line
+ * alone (no database), then Lua coroutines run by a small loop like the job
+ * runner's against the PostgreSQL named by SGW_TEST_DATABASE_URL: many
+ * statements in flight on few connections, transactions that commit, roll
+ * back and nest, a failed statement inside a transaction, a connection
+ * broken while idle. Without the variable the second part skips.
+ */
+#include "sgw.h"
+
+#include <libpq-fe.h>
+
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+
+/* ------------------------------------------------------------ the line */
+
+typedef struct resumed {
+    lua_State *co[16];
+    int        n;
+} resumed;
+
+static void note_ready(lua_State *co, int nres, void *ud) {
+    (void)nres;
+    resumed *r = ud;
+    if (r->n < 16) r->co[r->n++] = co;
+}
+
+static void test_line(void) {
+    /* Coroutines are only compared by address here. */
+    static char a, b, c, d, e;
+    lua_State *co1 = (lua_State *)&a, *co2 = (lua_State *)&b, *co3 = (lua_State *)&c,
+              *co4 = (lua_State *)&d, *co5 = (lua_State *)&e;
+    sgw_pgpool *p = pgpool_new("", 2, 4, 60000);
+    check(p != NULL, "a pool of two", NULL);
+    int st;
+    sgw_pg *p1 = pgpool_acquire(p, co1, &st);
+    check(p1 && st == PGPOOL_GRANTED, "the first coroutine gets a connection", NULL);
+    sgw_pg *p2 = pgpool_acquire(p, co2, &st);
+    check(p2 && p2 != p1 && st == PGPOOL_GRANTED, "the second gets the other one", NULL);
+    check(pgpool_using(p, co1) == p1 && pgpool_held(p, co1) == NULL, "taken, not held", NULL);
+    check(pgpool_acquire(p, co3, &st) == NULL && st == PGPOOL_WAITING, "the third waits", NULL);
+    check(pgpool_acquire(p, co4, &st) == NULL && st == PGPOOL_WAITING, "the fourth waits", NULL);
+    check(pgpool_acquire(p, co3, &st) == NULL && st == PGPOOL_WAITING, "asking again keeps its place", NULL);
+    check(!pgpool_ready(p), "nothing free: nobody to wake", NULL);
+
+    resumed r = { .n = 0 };
+    pgpool_drive(p, note_ready, &r);
+    check(r.n == 0, "nothing to resume while all are busy", NULL);
+
+    pgpool_release(p, p1);
+    check(pgpool_ready(p), "a free connection and a waiter", NULL);
+    pgpool_drive(p, note_ready, &r);
+    check(r.n == 1 && r.co[0] == co3, "the first in line is resumed", NULL);
+    check(pgpool_acquire(p, co3, &st) == p1 && st == PGPOOL_GRANTED, "with the freed connection", NULL);
+    check(pgpool_acquire(p, co3, &st) == p1 && st == PGPOOL_GRANTED, "asking again gives the same", NULL);
+    check(!pgpool_ready(p), "the fourth still waits, nothing free", NULL);
+
+    /* A coroutine that ends gives back what it had, even held. */
+    pgpool_hold(p, p2, 1);
+    check(pgpool_held(p, co2) == p2, "held for a transaction", NULL);
+    pgpool_forget(p, co2);
+    check(pgpool_using(p, co2) == NULL, "forgotten", NULL);
+    r.n = 0;
+    pgpool_drive(p, note_ready, &r);
+    check(r.n == 1 && r.co[0] == co4, "the next in line gets it", NULL);
+
+    /* Granted but ended before it was resumed: the connection moves on. */
+    check(pgpool_acquire(p, co5, &st) == NULL && st == PGPOOL_WAITING, "a new one waits", NULL);
+    pgpool_forget(p, co4);
+    r.n = 0;
+    pgpool_drive(p, note_ready, &r);
+    check(r.n == 1 && r.co[0] == co5, "a connection given to an ended coroutine goes to the next", NULL);
+    check(pgpool_acquire(p, co5, &st) == p2, "and it gets it", NULL);
+    pgpool_free(p);
+
+    /* A wait has a bound. */
+    p = pgpool_new("", 1, 2, 0);
+    pgpool_acquire(p, co1, &st);
+    check(pgpool_acquire(p, co2, &st) == NULL && st == PGPOOL_WAITING, "waits", NULL);
+    r.n = 0;
+    pgpool_drive(p, note_ready, &r);
+    check(r.n == 1 && r.co[0] == co2, "resumed when its wait ran out", NULL);
+    check(pgpool_acquire(p, co2, &st) == NULL && st == PGPOOL_EXPIRED, "and told so", NULL);
+    check(pgpool_acquire(p, co2, &st) == NULL && st == PGPOOL_WAITING, "asking anew waits anew", NULL);
+    pgpool_free(p);
+}
+
+/* ------------------------------------------------------------ coroutines on a database */
+
+#define NCO 12
+
+typedef struct loop {
+    sgw_worker *w;
+    lua_State  *co[NCO];
+    int         ref[NCO];
+    int         n;
+    int         done;
+} loop;
+
+static int l_check(lua_State *L) {
+    check(lua_toboolean(L, 1), luaL_optstring(L, 2, "(no label)"), NULL);
+    return 0;
+}
+
+static void resume(loop *lp, lua_State *co) {
+    int i = 0;
+    while (i < lp->n && lp->co[i] != co) i++;
+    if (i == lp->n) return;
+    pgpool_set_current(lp->w->pgpool, co);
+    int nres = 0;
+    int st = lua_resume(co, lp->w->L, 0, &nres);
+    pgpool_set_current(lp->w->pgpool, NULL);
+    if (st == LUA_YIELD) {
+        int ours = nres == 1 && lua_touserdata(co, -1) == (void *)lp->w->pgpool;
+        lua_pop(co, nres);
+        if (ours) return;
+        check(0, "a coroutine yielded something other than the pool", NULL);
+    } else if (st != LUA_OK) {
+        check(0, "a coroutine raised", lua_tostring(co, -1));
+    }
+    pgpool_forget(lp->w->pgpool, co);
+    luaL_unref(lp->w->L, LUA_REGISTRYINDEX, lp->ref[i]);
+    lp->co[i] = NULL;
+    lp->done++;
+}
+
+static void on_ready(lua_State *co, int nres, void *ud) {
+    (void)nres;
+    resume(ud, co);
+}
+
+/* Runs each chunk as a coroutine until all have ended (or 20 s passed). */
+static void run_all(sgw_worker *w, const char *const *chunks, int n) {
+    loop lp = { .w = w, .n = n, .done = 0 };
+    for (int i = 0; i < n; i++) {
+        lua_State *co = lua_newthread(w->L);
+        lp.ref[i] = luaL_ref(w->L, LUA_REGISTRYINDEX);
+        lp.co[i] = co;
+        if (luaL_loadstring(co, chunks[i])) {
+            check(0, "chunk compiles", lua_tostring(co, -1));
+            return;
+        }
+    }
+    for (int i = 0; i < n; i++) resume(&lp, lp.co[i]);
+    uint64_t deadline = clock_mono_ms() + 20000;
+    while (lp.done < n && clock_mono_ms() < deadline) {
+        struct pollfd fds[16];
+        int nf = pgpool_pollfds(w->pgpool, fds, 16);
+        if (!pgpool_ready(w->pgpool)) poll(fds, (nfds_t)nf, 50);
+        pgpool_drive(w->pgpool, on_ready, &lp);
+    }
+    check(lp.done == n, "every coroutine ended", NULL);
+}
+
+static const char *setup_sql =
+    "DROP TABLE IF EXISTS pgpool_t; CREATE TABLE pgpool_t (who text, n int)";
+
+static void test_on_database(const char *url) {
+    PGconn *other = PQconnectdb(url);
+    check(PQstatus(other) == CONNECTION_OK, "a second session", PQerrorMessage(other));
+    PQclear(PQexec(other, "SET client_min_messages = warning"));
+    PQclear(PQexec(other, setup_sql));
+
+    sgw_worker w = { .id = 0, .role = "job" };
+    w.pg = pg_open(url);
+    w.pgpool = pgpool_new(url, 2, NCO, 5000);
+    w.L = luaL_newstate();
+    luaL_openlibs(w.L);
+    lua_register(w.L, "check", l_check);
+    lapi_db_open(w.L, &w);
+    luaL_dostring(w.L, "started, finished = 0, 0");
+
+    /* Ten statements of 0.2 s on two connections: all are sent or waiting
+     * before the first answer comes back, and each gets its own answer. */
+    static const char *sleepers[10];
+    char buf[10][256];
+    for (int i = 0; i < 10; i++) {
+        snprintf(buf[i], sizeof buf[i],
+                 "started = started + 1\n"
+                 "local rows, err = db.query('SELECT pg_sleep(0.2), $1::int AS n', %d)\n"
+                 "check(rows and rows[1].n == %d, 'its own answer: ' .. tostring(err))\n"
+                 "check(started == 10, 'all started before any answer: ' .. started)\n"
+                 "finished = finished + 1\n", i, i);
+        sleepers[i] = buf[i];
+    }
+    run_all(&w, sleepers, 10);
+    luaL_dostring(w.L, "check(finished == 10, 'ten answers')");
+
+    static const char *const tx[] = {
+        /* commits, with a nested transaction that fails and is caught */
+        "local a, b = db.transaction(function()\n"
+        "  check(db.in_transaction(), 'inside')\n"
+        "  assert(db.exec('INSERT INTO pgpool_t VALUES ($1, 1)', 'commit'))\n"
+        "  local ok, err = pcall(db.transaction, function()\n"
+        "    assert(db.exec('INSERT INTO pgpool_t VALUES ($1, 2)', 'commit'))\n"
+        "    error('inner', 0)\n"
+        "  end)\n"
+        "  check(not ok and err == 'inner', 'the inner error comes through unchanged')\n"
+        "  check(db.in_transaction(), 'still inside the outer one')\n"
+        "  db.transaction(function() assert(db.exec('INSERT INTO pgpool_t VALUES ($1, 3)', 'commit')) end)\n"
+        "  return 'ok', 42\n"
+        "end)\n"
+        "check(a == 'ok' and b == 42, 'fn\\'s results')\n"
+        "check(not db.in_transaction(), 'outside after')\n",
+        /* an error rolls everything back and comes through */
+        "local ok, err = pcall(db.transaction, function()\n"
+        "  assert(db.exec('INSERT INTO pgpool_t VALUES ($1, 1)', 'rollback'))\n"
+        "  error({ code = 7 })\n"
+        "end)\n"
+        "check(not ok and type(err) == 'table' and err.code == 7, 'the error object unchanged')\n",
+        /* a statement fails and fn goes on: the transaction says so */
+        "local ok, err = pcall(db.transaction, function()\n"
+        "  assert(db.exec('INSERT INTO pgpool_t VALUES ($1, 1)', 'aborted'))\n"
+        "  local r, e = db.query('SELECT 1/0')\n"
+        "  check(r == nil and e:match('division by zero'), 'the failure is a value')\n"
+        "end)\n"
+        "check(not ok and tostring(err):match('rolled back'), 'an aborted transaction raises: ' .. tostring(err))\n",
+        /* statements outside transactions meanwhile */
+        "for i = 1, 20 do\n"
+        "  local r = db.query('SELECT $1::int AS i', i)\n"
+        "  check(r and r[1].i == i, 'a statement between transactions')\n"
+        "end\n"
+        "local r, e, state = db.query('SELECT * FROM no_such_table')\n"
+        "check(r == nil and state == '42P01', 'an error keeps its SQLSTATE')\n",
+    };
+    run_all(&w, tx, 4);
+    PGresult *r = PQexec(other, "SELECT string_agg(who || n, ',' ORDER BY who, n) FROM pgpool_t");
+    check(PQresultStatus(r) == PGRES_TUPLES_OK && strcmp(PQgetvalue(r, 0, 0), "commit1,commit3") == 0,
+          "only the committed rows are there", PQgetvalue(r, 0, 0));
+    PQclear(r);
+
+    /* Kill the pool's backends while idle: the next statement reconnects
+     * once. Both connections last ran the marked statement. */
+    static const char *const marked[] = {
+        "assert(db.query('SELECT pg_sleep(0.05) /* pgpool-test-marker */'))\n",
+        "assert(db.query('SELECT pg_sleep(0.05) /* pgpool-test-marker */'))\n",
+    };
+    run_all(&w, marked, 2);
+    r = PQexec(other, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                      "WHERE pid <> pg_backend_pid() AND query LIKE '%pgpool-test-marker */'");
+    check(PQresultStatus(r) == PGRES_TUPLES_OK && strcmp(PQgetvalue(r, 0, 0), "2") == 0,
+          "both pool backends terminated", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    for (int i = 0; i < 100; i++) {
+        r = PQexec(other, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pgpool-test-marker */'");
+        int gone = strcmp(PQgetvalue(r, 0, 0), "0") == 0;
+        PQclear(r);
+        if (gone) break;
+        poll(NULL, 0, 20);
+    }
+    static const char *const after_kill[] = {
+        "local r, e = db.query('SELECT 1 AS one')\n"
+        "check(r and r[1].one == 1, 'reconnected after the backend died: ' .. tostring(e))\n",
+        "local r, e = db.query('SELECT 2 AS two')\n"
+        "check(r and r[1].two == 2, 'the other one too: ' .. tostring(e))\n",
+    };
+    run_all(&w, after_kill, 2);
+
+    PQclear(PQexec(other, "DROP TABLE pgpool_t"));
+    PQfinish(other);
+    lua_close(w.L);
+    pgpool_free(w.pgpool);
+    pg_close(w.pg);
+}
+
+int main(void) {
+    char err[512];
+    if (config_load_file("config/sgw.conf", 1, err, sizeof err)) {
+        fprintf(stderr, "config: %s\n", err);
+        return 1;
+    }
+    test_line();
+    const char *url = getenv("SGW_TEST_DATABASE_URL");
+    if (url && *url) test_on_database(url);
+    else printf("SKIP: the database part (SGW_TEST_DATABASE_URL not set)\n");
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
