@@ -2,7 +2,7 @@
  * sgw.h — the shared declarations of the sgw host.
  *
  * Each concern lives in its own file (config.c, http.c, router.c, worker.c,
- * luart.c, budget.c, pg.c, redis.c, httpc.c, crypto.c, json.c, jobs.c, log.c, metrics.c,
+ * luart.c, budget.c, pg.c, pgpool.c, redis.c, httpc.c, crypto.c, json.c, jobs.c, log.c, metrics.c,
  * admin.c, main.c); this header is the one place where they meet. The host
  * knows nothing of posts or comments: that is Lua's business.
  */
