@@ -529,7 +529,8 @@ static void push_reply(lua_State *L, const redisReply *rep)
     }
 }
 
-/* Pushes the Lua result(s) of a reply: value, or nil and message. */
+/* Pushes the Lua result(s) of a reply: value, or nil, message, "reply"
+ * (Redis answered with an error: the connection is fine). */
 static int push_result(lua_State *L, reply_box *b)
 {
     const redisReply *rep = b->reply;
@@ -537,7 +538,8 @@ static int push_result(lua_State *L, reply_box *b)
     if (rep->type == REDIS_REPLY_ERROR) {
         lua_pushnil(L);
         lua_pushlstring(L, rep->str, rep->len);
-        nres = 2;
+        lua_pushliteral(L, "reply");
+        nres = 3;
     } else {
         push_reply(L, rep);
     }
@@ -545,11 +547,16 @@ static int push_result(lua_State *L, reply_box *b)
     return nres;
 }
 
+/* nil, message, class for a call that got no answer: "timeout" when Redis
+ * did not answer within redis.timeout_ms, else "unavailable" (refused,
+ * lost, not configured, in its back-off after a failure). */
 static int io_failure(lua_State *L, const char *err)
 {
     lua_pushnil(L);
     lua_pushstring(L, err);
-    return 2;
+    /* command() words every time-out "redis i/o: timeout". */
+    lua_pushstring(L, strstr(err, "timeout") ? "timeout" : "unavailable");
+    return 3;
 }
 
 /* Checks arguments first..last (strings or numbers) and fills argv/lens
@@ -730,11 +737,11 @@ static int l_eval_deferred(lua_State *L)
             const char *err = NULL;
             redisReply *rep = redis_pipe_take(d, &err);
             if (rep == NULL) {
-                lua_pushnil(L);
-                lua_pushstring(L, err && *err ? err : "redis unavailable");
+                /* err belongs to d: the message is pushed before d goes. */
+                int nres = io_failure(L, err && *err ? err : "redis unavailable");
                 req->deferred = NULL;
                 redis_pipe_free(d);
-                return 2;
+                return nres;
             }
             box_set(b, rep);
             req->deferred = NULL;
@@ -809,8 +816,12 @@ static int invalidate_run(lua_State *L)
         return io_failure(L, err);
     int ok = rep->type == REDIS_REPLY_INTEGER;
     freeReplyObject(rep);
-    if (!ok)
-        return io_failure(L, "PUBLISH refused");
+    if (!ok) {
+        lua_pushnil(L);
+        lua_pushliteral(L, "PUBLISH refused");
+        lua_pushliteral(L, "reply");
+        return 3;
+    }
     lua_pushboolean(L, 1);
     return 1;
 }

@@ -115,12 +115,15 @@ local function ceil_s(us)
   return math.max(0, math.ceil(us / 1000000))
 end
 
-local function fail_open(limit, err)
+-- class: the host's ("reply" when Redis refused the script itself, which
+-- is a fault to fix rather than an outage to wait out; "timeout",
+-- "unavailable").
+local function fail_open(limit, err, class)
   metrics.inc("sgw_ratelimit_fail_open_total")
   local now = clock.mono_ms()
   if not last_fail_log or now - last_fail_log >= LOG_EVERY_MS then
     last_fail_log = now
-    log.warn("ratelimit_fail_open", { error = tostring(err) })
+    log.warn("ratelimit_fail_open", { error = tostring(err), class = class })
   end
   return { allowed = true, limit = limit, remaining = limit, reset = 60, failed_open = true }
 end
@@ -231,16 +234,16 @@ function M.check(key, limit, epoch_name, who)
   -- the call travels with others in one pipelined batch, then runs again
   -- from the start and finds its renewal (or asks for one request again).
   local eval = redis.eval_deferred or redis.eval_cached
-  local reply, err
+  local reply, err, class
   if epoch_name then
-    reply, err = eval(M.script, 2, state_key, prefix .. epoch_name, limit, want, give)
+    reply, err, class = eval(M.script, 2, state_key, prefix .. epoch_name, limit, want, give)
   else
-    reply, err = eval(M.script, 1, state_key, limit, want, give)
+    reply, err, class = eval(M.script, 1, state_key, limit, want, give)
   end
   if who and asked[who] == call then asked[who], asked_count = nil, asked_count - 1 end
   if type(reply) ~= "table" or type(reply[5]) ~= "number" then
     if renewing then forget(key) end
-    return fail_open(limit, err or "unexpected reply")
+    return fail_open(limit, err or "unexpected reply", class or "reply")
   end
   local r = {
     allowed = reply[1] == 1,

@@ -81,13 +81,13 @@ static void test_dead_port(void)
     w.redis = redis_open("redis://127.0.0.1:1");
     lua_State *L = new_state(&w);
     lua_case(L, "dead port: first call fails",
-             "local v, e = redis.call('PING')\n"
+             "local v, e, class = redis.call('PING')\n"
              "return all(eq(v, nil), eq(type(e), 'string'),"
-             " eq(e ~= 'redis unavailable', true, 'first failure names its cause'))");
+             " eq(e ~= 'redis unavailable', true, 'first failure names its cause'), eq(class, 'unavailable'))");
     double t0 = now_ms();
     lua_case(L, "dead port: second call fails fast",
-             "local v, e = redis.call('PING')\n"
-             "return all(eq(v, nil), eq(e, 'redis unavailable'))");
+             "local v, e, class = redis.call('PING')\n"
+             "return all(eq(v, nil), eq(e, 'redis unavailable'), eq(class, 'unavailable'))");
     double t1 = now_ms();
     char d[64];
     snprintf(d, sizeof d, "%.3f ms", t1 - t0);
@@ -121,8 +121,8 @@ static void test_silent_server(void)
     lua_State *L = new_state(&w);
     double t0 = now_ms();
     lua_case(L, "silent server: command times out",
-             "local v, e = redis.call('PING')\n"
-             "return all(eq(v, nil), eq(e, 'redis i/o: timeout'))");
+             "local v, e, class = redis.call('PING')\n"
+             "return all(eq(v, nil), eq(e, 'redis i/o: timeout'), eq(class, 'timeout'))");
     double t1 = now_ms();
     char d[64];
     snprintf(d, sizeof d, "%.1f ms with redis.timeout_ms = %lld", t1 - t0,
@@ -209,11 +209,12 @@ static void test_live(const char *url)
              "local t = redis.call('LRANGE', K .. 'l', 0, -1)\n"
              "return all(eq(#t, 3), eq(t[1], 'x'), eq(t[3], 'z'),"
              " eq(#redis.call('LRANGE', K .. 'nolist', 0, -1), 0, 'empty array'))");
-    lua_case(L, "error reply is nil, message",
-             "local v, e = redis.call('INCR', K .. 'a')\n"
-             "local v2, e2 = redis.call('NOSUCHCOMMAND')\n"
-             "return all(eq(v, nil), eq(e:match('^ERR') ~= nil, true, e), eq(v2, nil),"
-             " eq(type(e2), 'string'))");
+    lua_case(L, "error reply is nil, message, 'reply'",
+             "local v, e, c = redis.call('INCR', K .. 'a')\n"
+             "local v2, e2, c2 = redis.call('NOSUCHCOMMAND')\n"
+             "local v3, e3, c3 = redis.eval_cached('return redis.error_reply(\\'MINE failed\\')', 0)\n"
+             "return all(eq(v, nil), eq(e:match('^ERR') ~= nil, true, e), eq(c, 'reply'), eq(v2, nil),"
+             " eq(type(e2), 'string'), eq(c2, 'reply'), eq(v3, nil), eq(e3, 'MINE failed'), eq(c3, 'reply'))");
     check(redis_healthy(w.redis), "an error reply is not an outage", NULL);
     lua_case(L, "status reply is a string",
              "return eq(redis.call('PING'), 'PONG')");
@@ -253,9 +254,10 @@ static void test_live(const char *url)
     lua_case(L, "killed connection: first call after fails",
              "local id = redis.call('CLIENT', 'ID')\n"
              "redis.call('CLIENT', 'KILL', 'ID', id, 'SKIPME', 'no')\n"
-             "local v, e = redis.call('PING')\n"
-             "local v2, e2 = redis.call('PING')\n"
-             "return all(eq(v, nil), eq(type(e), 'string'), eq(e2, 'redis unavailable'))");
+             "local v, e, c = redis.call('PING')\n"
+             "local v2, e2, c2 = redis.call('PING')\n"
+             "return all(eq(v, nil), eq(type(e), 'string'), eq(c, 'unavailable'), eq(e2, 'redis unavailable'),"
+             " eq(c2, 'unavailable'))");
     check(!redis_healthy(w.redis), "unhealthy after an I/O failure", NULL);
     usleep((useconds_t)(config_int("redis.retry_interval_ms") * 1000 + 50000));
     lua_case(L, "reconnects after the retry interval",

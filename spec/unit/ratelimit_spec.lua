@@ -83,7 +83,7 @@ describe("ratelimit", function()
       key_slot = key_slot,
       eval_cached = function(script, nkeys, ...)
         evals[#evals + 1] = { nkeys = nkeys, ... }
-        if down then return nil, "Connection refused" end
+        if down then return nil, "Connection refused", "unavailable" end
         return eval(script, nkeys, ...)
       end,
     }
@@ -416,6 +416,7 @@ describe("ratelimit", function()
       assert.equal(1, #logged)
       assert.equal("ratelimit_fail_open", logged[1].event)
       assert.equal("Connection refused", logged[1].fields.error)
+      assert.equal("unavailable", logged[1].fields.class)
       mono = mono + 9999
       ratelimit.check("k", 5)
       assert.equal(1, #logged)
