@@ -130,6 +130,7 @@ if config.get("bench.enabled") then
   routes[#routes + 1] = { method = "POST", path = "/bench/echo", handler = "bench/echo", auth = false, rate_limit = false }
   routes[#routes + 1] = { method = "GET", path = "/bench/ping", handler = "bench/ping", auth = false, rate_limit = false }
   routes[#routes + 1] = { method = "GET", path = "/bench/ping-auth", handler = "bench/ping", scope = "accounts:read" }
+  routes[#routes + 1] = { method = "GET", path = "/bench/wait", handler = "bench/wait", auth = false, rate_limit = false }
 end
 
 return routes

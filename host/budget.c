@@ -137,9 +137,14 @@ void budget_disarm(lua_State *L) {
 void budget_enter(lua_State *co) {
     budget_slot *s = slot();
     if (!s) return;
+    uint64_t d = *deadline_of(co);
+    /* A request resumed after waiting past its deadline (a statement or a
+     * call that outlasted the budget) stops at its first instruction, as
+     * it would have when the wait blocked the thread. */
+    if (d && clock_mono_ms() > d) lua_sethook(co, budget_hook, LUA_MASKCOUNT, 1);
     atomic_store(&s->running, co);
     atomic_fetch_add(&s->runs, 1);
-    atomic_store(&s->deadline, *deadline_of(co));
+    atomic_store(&s->deadline, d);
 }
 
 void budget_leave(void) {

@@ -79,6 +79,7 @@ typedef struct runner {
     int         state_broken;        /* a job hit the memory ceiling */
     uint64_t    refresh_failed_gen;
     uint64_t    last_claim, last_heartbeat, last_tick, last_cleanup, last_warn;
+    uint64_t    heartbeat_ms;        /* a third of the lease */
     uint64_t    next_due;            /* monotonic ms when the next future job is due; 0: none known */
     uint64_t    rng;
     timer      *timers;
@@ -344,8 +345,17 @@ static void resume_job(runner *r, job *j, int nargs) {
     else finish_job(r, j, OUT_DONE, 0, NULL);
 }
 
+static void heartbeat(runner *r);
+
+/* Leases are extended between any two resumptions, so that a long batch
+ * of answers (many jobs resumed one after another) never lets them lapse. */
+static void keep_leases(runner *r) {
+    if (r->running > 0 && clock_mono_ms() - r->last_heartbeat >= r->heartbeat_ms) heartbeat(r);
+}
+
 static void on_ready(lua_State *co, int nres, void *ud) {
     runner *r = ud;
+    keep_leases(r);
     for (int i = 0; i < r->concurrency; i++) {
         if (r->jobs[i].used && r->jobs[i].co == co) {
             resume_job(r, &r->jobs[i], nres);
@@ -474,7 +484,12 @@ static void claim(runner *r) {
     if (!res) return;
     int n = PQntuples(res);
     r->more = n == want;
-    for (int i = 0; i < n; i++) start_job(r, res, i);
+    /* The claim gave these leases their full length. */
+    if (r->running == 0 && n > 0) r->last_heartbeat = r->last_claim;
+    for (int i = 0; i < n; i++) {
+        keep_leases(r);
+        start_job(r, res, i);
+    }
     PQclear(res);
     if (!r->more) find_next_due(r, offset);
 }
@@ -490,7 +505,14 @@ static void running_ids(runner *r, char *buf, size_t cap) {
 /* Extends the leases of running jobs, so a long job is not claimed twice
  * while its instance is alive. */
 static void heartbeat(runner *r) {
-    r->last_heartbeat = clock_mono_ms();
+    uint64_t now = clock_mono_ms();
+    /* Later than two thirds of the lease: another instance may be about to
+     * take these jobs for dead. Say so, the operator should know why. */
+    if (r->last_heartbeat && now - r->last_heartbeat > (uint64_t)(r->lease_s * 1000.0 * 2.0 / 3.0))
+        log_msg(LOG_WARN, "job_heartbeat_late", "job worker %d extended its leases %llu ms after the last time "
+                "(jobs.lease_seconds %.1f): the machine or the database is overloaded",
+                r->id, (unsigned long long)(now - r->last_heartbeat), r->lease_s);
+    r->last_heartbeat = now;
     size_t cap = (size_t)r->concurrency * 22 + 8;
     char *ids = malloc(cap);
     if (!ids) return;
@@ -735,8 +757,8 @@ static void refresh(runner *r) {
 
 static void *runner_main(void *arg) {
     runner *r = arg;
-    uint64_t heartbeat_ms = (uint64_t)(r->lease_s * 1000.0 / 3.0);
-    if (heartbeat_ms < 100) heartbeat_ms = 100;
+    r->heartbeat_ms = (uint64_t)(r->lease_s * 1000.0 / 3.0);
+    if (r->heartbeat_ms < 100) r->heartbeat_ms = 100;
     for (;;) {
         uint64_t now = clock_mono_ms();
         int stop = atomic_load(&stopping);
@@ -756,7 +778,7 @@ static void *runner_main(void *arg) {
             if (r->running == 0) listen_connect(r);
             if (r->id == 0 && now - r->last_tick >= TIMER_TICK_MS) timers_tick(r);
         }
-        if (r->running > 0 && now - r->last_heartbeat >= heartbeat_ms) heartbeat(r);
+        keep_leases(r);
         if (!stop && !behind && r->w.L && r->running < r->concurrency &&
             (r->notified || r->more || now - r->last_claim >= (uint64_t)r->poll_ms ||
              (r->next_due && now >= r->next_due)))

@@ -805,43 +805,52 @@ static int db_run(lua_State *L, run_kind kind) {
 
 /* On a socket thread these first migrate (SGW_MIGRATE_IF_SOCKET); the
  * continuations run the same body on the worker's own thread. */
+static int db_run_async(lua_State *L, run_kind kind);
+static int db_transaction_async(lua_State *L, sgw_pgpool *p);
+static sgw_pgpool *async_pool(lua_State *L);
+
+/* Where a call goes: the pool of the coroutine's worker when it may wait
+ * there, else its connection, blocking. */
+static int db_dispatch(lua_State *L, run_kind kind) {
+    /* A lag-tolerant read with a replica configured keeps the replica:
+     * it blocks on the worker's connection pair (the pool has no replica
+     * connections yet). */
+    sgw_pg *own = upvalue_pg(L);
+    if (async_pool(L) && !(kind == RUN_READ && own && own->replica)) return db_run_async(L, kind);
+    return db_run(L, kind);
+}
+
 static int db_query_k(lua_State *L, int status, lua_KContext ctx) {
     (void)status;
     (void)ctx;
-    return db_run(L, RUN_QUERY);
+    return db_dispatch(L, RUN_QUERY);
 }
 
 static int db_read_query_k(lua_State *L, int status, lua_KContext ctx) {
     (void)status;
     (void)ctx;
-    return db_run(L, RUN_READ);
+    return db_dispatch(L, RUN_READ);
 }
 
 static int db_exec_k(lua_State *L, int status, lua_KContext ctx) {
     (void)status;
     (void)ctx;
-    return db_run(L, RUN_EXEC);
+    return db_dispatch(L, RUN_EXEC);
 }
-
-static int db_run_async(lua_State *L, run_kind kind);
-static int db_transaction_async(lua_State *L, sgw_pgpool *p);
 
 static int db_query(lua_State *L) {
     SGW_MIGRATE_IF_SOCKET(L, db_query_k);
-    if (async_pool(L)) return db_run_async(L, RUN_QUERY);
-    return db_run(L, RUN_QUERY);
+    return db_dispatch(L, RUN_QUERY);
 }
 
 static int db_read_query(lua_State *L) {
     SGW_MIGRATE_IF_SOCKET(L, db_read_query_k);
-    if (async_pool(L)) return db_run_async(L, RUN_READ);
-    return db_run(L, RUN_READ);
+    return db_dispatch(L, RUN_READ);
 }
 
 static int db_exec(lua_State *L) {
     SGW_MIGRATE_IF_SOCKET(L, db_exec_k);
-    if (async_pool(L)) return db_run_async(L, RUN_EXEC);
-    return db_run(L, RUN_EXEC);
+    return db_dispatch(L, RUN_EXEC);
 }
 
 static int db_in_transaction(lua_State *L) {
@@ -973,7 +982,6 @@ static int db_run_async(lua_State *L, run_kind kind) {
     int n = lua_gettop(L) - 1;
     if (n > MAX_PARAMS)
         return luaL_error(L, "db.%s: at most %d parameters", names[kind], MAX_PARAMS);
-    /* Lag-tolerant reads of jobs go to the primary: the pool has no replica. */
     return db_async_send(L, 0, ACTX(kind, 0, n));
 }
 
@@ -1274,6 +1282,8 @@ static int transaction_run(lua_State *L) {
 static int db_transaction_k(lua_State *L, int status, lua_KContext ctx) {
     (void)status;
     (void)ctx;
+    sgw_pgpool *p = async_pool(L);
+    if (p) return db_transaction_async(L, p);
     return transaction_run(L);
 }
 

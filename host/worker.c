@@ -1,32 +1,49 @@
 /*
  * worker.c — the Lua workers that run requests.
  *
- * Each worker is one thread with its own Lua state and its own PostgreSQL
- * and Redis connections. A request runs as a coroutine in a worker's state,
- * and whoever holds the worker (a socket thread, or the worker's own thread)
- * is the only one touching its state and connections.
+ * Each worker is one thread with its own Lua state, its own Redis
+ * connection and a small pool of PostgreSQL connections. Requests run as
+ * coroutines in a worker's state, and whoever holds the worker (a socket
+ * thread, or the worker's own thread) is the only one touching its state
+ * and connections.
  *
  * Most requests never wait on anything, and handing each one to another
  * thread costs two cross-thread wake-ups, which dominated the cost of a
  * request. So the socket thread that read a request borrows an idle worker
  * and runs the coroutine itself. At the first call that could block
  * (database, Redis, outbound HTTP, password hashing) the binding yields and
- * the coroutine migrates to the worker's own thread, which resumes it and
- * may block as long as it likes: socket threads never block on I/O. When no
- * worker of the current generation is idle, the request waits in a queue for
- * the next free worker and runs on that worker's thread from the start.
+ * the coroutine migrates to the worker's own thread: socket threads never
+ * block on I/O.
  *
- * A worker switches to a new generation of handlers (hot reload) between
- * two requests and only on its own thread: building a state takes far too
- * long for a socket thread, which therefore only borrows workers whose state
- * is current.
+ * A worker's thread runs an event loop over many request coroutines: a
+ * statement or an outbound call sends its work, the coroutine yields, and
+ * the loop resumes it when the answer is in (pgpool.c, httpc.c), so one
+ * worker keeps up to http.requests_per_worker requests waiting at once.
+ * Requests that find no idle worker wait in a queue, which every worker's
+ * loop takes from while it has room. (Redis calls and password hashing
+ * still block the loop for their few milliseconds.)
+ *
+ * A worker switches to a new generation of handlers (hot reload) only when
+ * none of its coroutines runs, and only on its own thread: building a state
+ * takes far too long for a socket thread, which therefore only borrows
+ * workers whose state is current. A worker behind takes no new requests
+ * until its running ones have ended.
  */
 #include "sgw.h"
 
+#include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+/* Longest wait of a busy loop (a pool wait's deadline is checked then). */
+#define BUSY_POLL_MS 50
+/* database.pool_size's ceiling (httpc_poll's extra sockets, less the wake-up). */
+#define POOL_MAX     62
 
 /* Who holds a worker; changes only under qlock. */
 typedef enum {
@@ -35,14 +52,23 @@ typedef enum {
     W_OWN       /* its own thread runs (or is about to look for work) */
 } worker_holder;
 
+/* A request the worker's loop runs: its coroutine waits in a binding. */
+typedef struct running_req {
+    sgw_request *req;
+    lua_State   *co;
+    int          ref;               /* anchors co in the registry */
+} running_req;
+
 typedef struct http_worker {
     sgw_worker          w;
     pthread_t           thread;
-    pthread_cond_t      cond;       /* the thread waits here, under qlock */
+    int                 efd;        /* wakes the loop (wake, workers_enqueue) */
     worker_holder       holder;
     sgw_request        *mail;       /* a migrated request for this thread */
-    int                 reset;      /* close the Lua state before the next request */
+    int                 reset;      /* close the Lua state once nothing runs in it */
     struct http_worker *next_idle;
+    running_req        *running;    /* [capacity] */
+    atomic_int          nrunning;   /* read by workers_enqueue to pick a loop */
 } http_worker;
 
 static pthread_mutex_t qlock = PTHREAD_MUTEX_INITIALIZER;
@@ -55,6 +81,7 @@ static http_worker    *idle_top;
 static http_worker *workers;
 static int          nworkers;
 static double       budget_ms;
+static int          capacity;       /* http.requests_per_worker */
 
 /* The coroutine a socket thread is running, so that only its own yields
  * migrate (a handler's own coroutines block instead). */
@@ -381,14 +408,23 @@ static lua_State *request_co(lua_State *L) {
     return co;
 }
 
-static int resume(sgw_request *req, lua_State *co, lua_State *from, int nargs, int *nres, int on_socket) {
+/* On the worker's own thread the coroutine may wait in its pool and its
+ * transfers (the bindings check whose turn it is); on a socket thread it
+ * migrates instead. */
+static int resume(sgw_worker *w, sgw_request *req, lua_State *co, int nargs, int *nres, int on_socket) {
     migrate_asked = 0;
     defer_asked = 0;
     if (on_socket) sgw_socket_co = co;
     sgw_current_request = req;
+    if (!on_socket) {
+        httpc_set_current(w->httpc, co);
+        pgpool_set_current(w->pgpool, co);
+    }
     budget_enter(co);
-    int rc = lua_resume(co, from, nargs, nres);
+    int rc = lua_resume(co, w->L, nargs, nres);
     budget_leave();
+    httpc_set_current(w->httpc, NULL);
+    pgpool_set_current(w->pgpool, NULL);
     sgw_socket_co = NULL;
     sgw_current_request = NULL;
     return rc;
@@ -469,11 +505,10 @@ static void rematch(sgw_worker *w, sgw_request *req) {
     if (!req->early_status && req->match.status) req->early_status = req->match.status;
 }
 
-/* Starts req in w's request coroutine; returns lua_resume's status. */
-static int start(sgw_worker *w, sgw_request *req, lua_State **pco, int *nres, int on_socket) {
+/* Starts req in coroutine co (NULL: none could be made); returns
+ * lua_resume's status. */
+static int start(sgw_worker *w, sgw_request *req, lua_State *co, int *nres, int on_socket) {
     rematch(w, req);
-    lua_State *co = request_co(w->L);
-    *pco = co;
     if (!co) {
         *nres = 0;
         return LUA_ERRMEM;
@@ -482,18 +517,20 @@ static int start(sgw_worker *w, sgw_request *req, lua_State **pco, int *nres, in
     lua_pushcfunction(co, entry);
     lua_pushlightuserdata(co, req);
     budget_arm(co, budget_ms);
-    return resume(req, co, w->L, 1, nres, on_socket);
+    return resume(w, req, co, 1, nres, on_socket);
 }
 
-/* The end of every request on a worker's own thread. */
+/* The end of every request on a worker's own thread. A state at its
+ * memory ceiling is closed once no other request runs in it. */
 static void conclude(http_worker *hw, sgw_request *req, lua_State *co, int rc, int nres) {
     sgw_worker *w = &hw->w;
     if (!co) {
         log_msg(LOG_ERROR, "worker_state", "worker %d: no memory left for a request coroutine", w->id);
         internal_error(req, 500, "internal_error", "Internal error");
-        luart_close_state(w);
-    } else if (finish(w, req, co, rc, nres)) {
-        luart_close_state(w);
+        hw->reset = 1;
+    } else {
+        pgpool_forget(w->pgpool, co);
+        if (finish(w, req, co, rc, nres)) hw->reset = 1;
     }
     if (w->pg) pg_reset_session(w->pg);
 }
@@ -504,9 +541,16 @@ static int is_current(const http_worker *hw, uint64_t gen) {
     return hw->w.L && hw->w.gen && hw->w.gen->id == gen;
 }
 
+static void poke(http_worker *hw) {
+    uint64_t one = 1;
+    if (write(hw->efd, &one, sizeof one) < 0 && errno != EAGAIN)
+        log_msg(LOG_WARN, "worker_wake", "cannot wake worker %d: %s", hw->w.id, strerror(errno));
+}
+
+/* Under qlock: the worker's own thread takes it over. */
 static void wake(http_worker *hw) {
     hw->holder = W_OWN;
-    pthread_cond_signal(&hw->cond);
+    poke(hw);
 }
 
 /* Under qlock. */
@@ -568,9 +612,9 @@ int workers_run_inline(sgw_request *req) {
     if (!hw) return WORKERS_QUEUE;
 
     sgw_worker *w = &hw->w;
-    lua_State *co;
+    lua_State *co = request_co(w->L);
     int nres;
-    int rc = start(w, req, &co, &nres, 1);
+    int rc = start(w, req, co, &nres, 1);
     if (rc == LUA_YIELD && migrate_asked) {
         req->worker = hw;
         return WORKERS_MIGRATE;
@@ -623,9 +667,19 @@ void workers_enqueue(sgw_request *req) {
     else qhead = req;
     qtail = req;
     qdepth++;
-    /* Workers that are busy find the request when they finish. */
+    /* An idle worker takes it; else the busy loop with the most room. */
     http_worker *hw = pop_idle();
-    if (hw) wake(hw);
+    if (hw) {
+        wake(hw);
+    } else {
+        http_worker *best = NULL;
+        for (int i = 0; i < nworkers; i++) {
+            http_worker *c = &workers[i];
+            if (c->holder != W_OWN || atomic_load(&c->nrunning) >= capacity) continue;
+            if (!best || atomic_load(&c->nrunning) < atomic_load(&best->nrunning)) best = c;
+        }
+        if (best) poke(best);
+    }
     pthread_mutex_unlock(&qlock);
 }
 
@@ -638,33 +692,125 @@ int workers_queue_depth(void) {
 
 /* ------------------------------------------------------------ worker threads */
 
-/* Runs a queued request from the start on the worker's own thread. */
-static void run_queued(http_worker *hw, sgw_request *req) {
-    sgw_worker *w = &hw->w;
-    char err[2048];
-    if (luart_refresh(w, err, sizeof err) && !w->L) {
-        log_msg(LOG_ERROR, "worker_state", "worker %d has no Lua state: %s", w->id, err);
-        internal_error(req, 503, "service_unavailable", "Service unavailable");
-        return;
-    }
-    lua_State *co;
-    int nres;
-    int rc = start(w, req, &co, &nres, 0);
-    conclude(hw, req, co, rc, nres);
+/* Ends a request the loop ran: its answer goes out, its coroutine goes. */
+static void end_running(http_worker *hw, int i, int rc, int nres) {
+    running_req rr = hw->running[i];
+    conclude(hw, rr.req, rr.co, rc, nres);
+    if (hw->w.L && rr.ref != LUA_NOREF) luaL_unref(hw->w.L, LUA_REGISTRYINDEX, rr.ref);
+    int n = atomic_load(&hw->nrunning) - 1;
+    hw->running[i] = hw->running[n];
+    atomic_store(&hw->nrunning, n);
+    http_complete(rr.req);
 }
 
-/* Finishes a request a socket thread started: the coroutine waits in the
- * binding that yielded, which now runs again and may block. */
+/* Runs one slice of running request i: it yields on its pool or its
+ * transfers (and stays), or ends. */
+static void step(http_worker *hw, int i, int nargs) {
+    running_req *rr = &hw->running[i];
+    int nres = 0;
+    int rc = resume(&hw->w, rr->req, rr->co, nargs, &nres, 0);
+    if (rc == LUA_YIELD) {
+        lua_State *co = rr->co;
+        void *marker = nres == 1 && lua_islightuserdata(co, -1) ? lua_touserdata(co, -1) : NULL;
+        if (marker && (marker == (void *)hw->w.httpc || marker == (void *)hw->w.pgpool)) {
+            lua_pop(co, nres);
+            return;
+        }
+        lua_pop(co, nres);           /* a stray yield: finish() answers 500 */
+    }
+    end_running(hw, i, rc, nres);
+}
+
+static void on_ready(lua_State *co, int nres, void *ud) {
+    http_worker *hw = ud;
+    int n = atomic_load(&hw->nrunning);
+    for (int i = 0; i < n; i++) {
+        if (hw->running[i].co == co) {
+            step(hw, i, nres);
+            return;
+        }
+    }
+}
+
+/* Makes room for req with a coroutine of its own (co: the one it runs in
+ * already, migrated from a socket thread; NULL: a new one). -1 when the
+ * state cannot make one (the request is answered 500). */
+static int add_running(http_worker *hw, sgw_request *req, lua_State *co) {
+    lua_State *L = hw->w.L;
+    int n = atomic_load(&hw->nrunning);
+    running_req *rr = &hw->running[n];
+    rr->req = req;
+    rr->ref = LUA_NOREF;
+    if (co) {
+        /* The state's reused request coroutine is now this request's:
+         * inline runs get a fresh one. */
+        lua_pushthread(co);
+        lua_xmove(co, L, 1);
+        rr->ref = luaL_ref(L, LUA_REGISTRYINDEX);
+        lua_pushnil(L);
+        lua_rawsetp(L, LUA_REGISTRYINDEX, &co_key);
+        rr->co = co;
+    } else {
+        lua_pushcfunction(L, new_co);
+        if (lua_pcall(L, 0, 1, 0) != LUA_OK) {
+            lua_pop(L, 1);
+            return -1;
+        }
+        rr->co = lua_tothread(L, -1);
+        rr->ref = luaL_ref(L, LUA_REGISTRYINDEX);
+        lua_pushnil(L);                 /* new_co registered it as the reused one */
+        lua_rawsetp(L, LUA_REGISTRYINDEX, &co_key);
+    }
+    atomic_store(&hw->nrunning, n + 1);
+    return n;
+}
+
+/* Takes a migrated request over: its coroutine waits in the binding that
+ * yielded, which now runs again. */
 static void run_migrated(http_worker *hw, sgw_request *req) {
     lua_State *co = request_co(hw->w.L);
-    int nres;
-    int rc = resume(req, co, hw->w.L, 0, &nres, 0);
-    conclude(hw, req, co, rc, nres);
+    int i = co ? add_running(hw, req, co) : -1;
+    if (i < 0) {
+        internal_error(req, 500, "internal_error", "Internal error");
+        hw->reset = 1;
+        http_complete(req);
+        return;
+    }
+    step(hw, i, 0);
 }
 
-/* Between requests, on the worker's own thread: drop a state that hit its
- * ceiling and catch up with the current generation, so that the worker is
- * ready to be borrowed. */
+/* Starts a queued request from the start on the worker's own thread. */
+static void run_queued(http_worker *hw, sgw_request *req) {
+    sgw_worker *w = &hw->w;
+    if (!w->L) {
+        log_msg(LOG_ERROR, "worker_state", "worker %d has no Lua state", w->id);
+        internal_error(req, 503, "service_unavailable", "Service unavailable");
+        http_complete(req);
+        return;
+    }
+    int i = add_running(hw, req, NULL);
+    if (i < 0) {
+        log_msg(LOG_ERROR, "worker_state", "worker %d: no memory left for a request coroutine", w->id);
+        internal_error(req, 500, "internal_error", "Internal error");
+        hw->reset = 1;
+        http_complete(req);
+        return;
+    }
+    running_req *rr = &hw->running[i];
+    int nres;
+    lua_settop(rr->co, 0);
+    int rc = start(w, req, rr->co, &nres, 0);
+    if (rc == LUA_YIELD) {
+        void *marker = nres == 1 && lua_islightuserdata(rr->co, -1) ? lua_touserdata(rr->co, -1) : NULL;
+        lua_pop(rr->co, nres);
+        if (marker && (marker == (void *)w->httpc || marker == (void *)w->pgpool)) return;
+    }
+    end_running(hw, i, rc, nres);
+}
+
+/* With nothing running, on the worker's own thread: drop a state that hit
+ * its ceiling and catch up with the current generation, so that the worker
+ * is ready to be borrowed. */
 static void prepare(http_worker *hw) {
     if (hw->reset) {
         luart_close_state(&hw->w);
@@ -675,58 +821,95 @@ static void prepare(http_worker *hw) {
         log_msg(LOG_ERROR, "worker_state", "worker %d cannot load the handlers: %s", hw->w.id, err);
 }
 
+/* Waits for the loop's next event: an answer, a transfer, or a wake-up. */
+static void wait_events(http_worker *hw) {
+    struct pollfd fds[POOL_MAX + 1];
+    int n = 0;
+    fds[n++] = (struct pollfd){ .fd = hw->efd, .events = POLLIN };
+    int timeout = -1;
+    if (atomic_load(&hw->nrunning) > 0) {
+        n += pgpool_pollfds(hw->w.pgpool, fds + n, POOL_MAX);
+        timeout = pgpool_ready(hw->w.pgpool) ? 0 : BUSY_POLL_MS;
+        httpc_poll(hw->w.httpc, timeout, fds, n, on_ready, hw);
+        pgpool_drive(hw->w.pgpool, on_ready, hw);
+    } else if (poll(fds, 1, -1) < 0 && errno != EINTR) {
+        log_msg(LOG_ERROR, "worker_wait", "worker %d: poll failed: %s", hw->w.id, strerror(errno));
+    }
+    uint64_t v;
+    if (read(hw->efd, &v, sizeof v) < 0 && errno != EAGAIN)
+        log_msg(LOG_WARN, "worker_wait", "worker %d: reading its wake-up failed: %s", hw->w.id, strerror(errno));
+}
+
 static void *worker_main(void *arg) {
     http_worker *hw = arg;
     for (;;) {
-        prepare(hw);
-        sgw_request *req = NULL;
-        int migrated = 0, leave = 0;
+        int nrun = atomic_load(&hw->nrunning);
+        if (nrun == 0 && hw->holder == W_OWN) prepare(hw);
+        sgw_request *mail = NULL, *batch = NULL, **tail = &batch;
+        int leave = 0, mine;
         pthread_mutex_lock(&qlock);
-        for (;;) {
-            if (hw->mail) {
-                req = hw->mail;
-                hw->mail = NULL;
-                migrated = 1;
-                break;
+        mine = hw->holder == W_OWN;
+        if (mine) {
+            mail = hw->mail;
+            hw->mail = NULL;
+            uint64_t gen = luart_generation_id();
+            int behind = nrun > 0 && hw->w.gen && hw->w.gen->id != gen;
+            int room = capacity - nrun - (mail ? 1 : 0);
+            while (!behind && !hw->reset && hw->w.L && room > 0 && qhead) {
+                sgw_request *req = qhead;
+                qhead = req->next;
+                if (!qhead) qtail = NULL;
+                qdepth--;
+                req->next = NULL;
+                *tail = req;
+                tail = &req->next;
+                room--;
             }
-            if (hw->holder == W_OWN) {
-                if (hw->reset) break;
-                if (qhead) {
-                    req = qhead;
-                    qhead = req->next;
-                    if (!qhead) qtail = NULL;
-                    qdepth--;
-                    break;
-                }
+            if (!mail && !batch && nrun == 0) {
                 if (stopping) {
                     leave = 1;
                     alive--;
-                    break;
+                } else if (!hw->reset) {
+                    push_idle(hw);      /* borrowable until woken */
+                    mine = 0;
                 }
-                push_idle(hw);
             }
-            pthread_cond_wait(&hw->cond, &qlock);
         }
         pthread_mutex_unlock(&qlock);
         if (leave) return NULL;
-        if (!req) continue;
-        if (migrated) run_migrated(hw, req);
-        else run_queued(hw, req);
-        http_complete(req);
+        if (!mine) {
+            /* Idle or lent: the state is not ours to touch; wait to be woken. */
+            wait_events(hw);
+            continue;
+        }
+        if (mail) run_migrated(hw, mail);
+        while (batch) {
+            sgw_request *req = batch;
+            batch = req->next;
+            run_queued(hw, req);
+        }
+        if (atomic_load(&hw->nrunning) > 0) wait_events(hw);
     }
 }
 
 static int start_one(http_worker *hw, int id) {
     char err[2048];
+    hw->efd = -1;
     if (worker_init(&hw->w, id, "http", err, sizeof err)) {
         log_msg(LOG_ERROR, "worker_init", "worker %d: %s", id, err);
         worker_destroy(&hw->w);
         return -1;
     }
     hw->holder = W_OWN;
-    if (pthread_cond_init(&hw->cond, NULL)) {
-        worker_destroy(&hw->w);
-        return -1;
+    hw->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    hw->running = calloc((size_t)capacity, sizeof *hw->running);
+    hw->w.httpc = httpc_new(capacity);
+    if (*config_str("database.url"))
+        hw->w.pgpool = pgpool_new(config_str("database.url"), (int)config_int("database.pool_size"), capacity,
+                                  (uint64_t)(config_int("database.pool_wait_ms") > 0 ? config_int("database.pool_wait_ms") : 0));
+    if (hw->efd < 0 || !hw->running || !hw->w.httpc || (*config_str("database.url") && !hw->w.pgpool)) {
+        log_msg(LOG_ERROR, "worker_init", "worker %d: cannot allocate its resources", id);
+        goto fail;
     }
     pthread_mutex_lock(&qlock);
     alive++;
@@ -735,15 +918,27 @@ static int start_one(http_worker *hw, int id) {
         pthread_mutex_lock(&qlock);
         alive--;
         pthread_mutex_unlock(&qlock);
-        pthread_cond_destroy(&hw->cond);
-        worker_destroy(&hw->w);
-        return -1;
+        goto fail;
     }
     return 0;
+fail:
+    if (hw->efd >= 0) close(hw->efd);
+    hw->efd = -1;
+    free(hw->running);
+    hw->running = NULL;
+    worker_destroy(&hw->w);
+    return -1;
 }
 
 int workers_start(int n) {
     budget_ms = config_num("lua.handler_budget_ms");
+    capacity = (int)config_int("http.requests_per_worker");
+    long long pool = config_int("database.pool_size");
+    if (capacity < 1 || pool < 1 || pool > POOL_MAX) {
+        log_msg(LOG_ERROR, "workers_start", "http.requests_per_worker must be at least 1 and database.pool_size "
+                "1 to %d (they are %d and %lld)", POOL_MAX, capacity, pool);
+        return -1;
+    }
     stopping = 0;
     workers = calloc((size_t)n, sizeof *workers);
     if (!workers) return -1;
@@ -765,8 +960,9 @@ void workers_stop(void) {
     pthread_mutex_unlock(&qlock);
     for (int i = 0; i < nworkers; i++) {
         pthread_join(workers[i].thread, NULL);
-        pthread_cond_destroy(&workers[i].cond);
-        worker_destroy(&workers[i].w);
+        close(workers[i].efd);
+        worker_destroy(&workers[i].w);   /* closes the state, then the pool and transfers */
+        free(workers[i].running);
     }
     free(workers);
     workers = NULL;

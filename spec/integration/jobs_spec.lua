@@ -13,33 +13,7 @@ local q = stack.shell_quote
 
 -- ------------------------------------------------------------------ helpers
 
-local function start_slow_server(delay_ms)
-  local bin = stack.build_dir() .. "/slow_server"
-  local out = os.tmpname()
-  -- `timeout` bounds its life should this spec die before teardown.
-  local code, pid = stack.sh("timeout 900 " .. q(bin) .. " 0 " .. delay_ms .. " > " .. q(out)
-    .. " 2>&1 & echo $!")
-  assert.equal(0, code, pid)
-  local server = { pid = tonumber(pid:match("%d+")) }
-  stack.eventually(function()
-    local f = io.open(out, "r")
-    local text = f and f:read("a") or ""
-    if f then f:close() end
-    server.port = tonumber(text:match("port (%d+)"))
-    return server.port
-  end, 10, 0.05, "slow_server did not start")
-  os.remove(out)
-  server.url = "http://127.0.0.1:" .. server.port
-  function server.stats()
-    local status, body = stack.request("GET", server.url .. "/stats", { timeout = 5 })
-    assert.equal(200, status)
-    return cjson.decode(body)
-  end
-  function server.stop()
-    os.execute("kill " .. server.pid .. " 2>/dev/null")
-  end
-  return server
-end
+local start_slow_server = require("slow_server").start
 
 local function count(url, sql)
   return tonumber(stack.psql(url, sql))
