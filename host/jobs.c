@@ -402,11 +402,13 @@ static int setup_job(lua_State *L) {
     return 0;
 }
 
-static void start_job(runner *r, PGresult *res, int row) {
+/* Takes a free slot for a claimed job, so that its lease is kept from now
+ * on (heartbeat covers every used slot), before it starts. */
+static job *reserve_job(runner *r, PGresult *res, int row) {
     job *j = NULL;
     for (int i = 0; i < r->concurrency && !j; i++)
         if (!r->jobs[i].used) j = &r->jobs[i];
-    if (!j) return; /* cannot happen: claims never exceed free slots; the lease frees it */
+    if (!j) return NULL; /* cannot happen: claims never exceed free slots; the lease frees it */
     memset(j, 0, sizeof *j);
     j->used = 1;
     j->ref = LUA_NOREF;
@@ -415,7 +417,11 @@ static void start_job(runner *r, PGresult *res, int row) {
     j->attempts = atoi(PQgetvalue(res, row, 3));
     j->max_attempts = atoi(PQgetvalue(res, row, 4));
     r->running++;
+    return j;
+}
 
+static void start_job(runner *r, job *j, const char *payload) {
+    log_msg(LOG_DEBUG, "job_start", "job %lld (%s) attempt %d on worker %d", j->id, j->kind, j->attempts, r->id);
     char rel[NAME_MAX_LEN + 32], module[NAME_MAX_LEN + 32], err[2048];
     if (!valid_kind(j->kind)) {
         finish_job(r, j, OUT_DEAD, 0, "invalid job kind (expected [a-z0-9_.]+)");
@@ -430,7 +436,7 @@ static void start_job(runner *r, PGresult *res, int row) {
         return;
     }
     snprintf(module, sizeof module, "handlers.jobs.%s", j->kind);
-    job_setup s = { .j = j, .module = module, .payload = PQgetvalue(res, row, 2), .co = NULL, .ref = LUA_NOREF };
+    job_setup s = { .j = j, .module = module, .payload = payload, .co = NULL, .ref = LUA_NOREF };
     if (protected_call(r->w.L, setup_job, &s, err, sizeof err)) {
         finish_job(r, j, OUT_FAILED, 0, err);
         return;
@@ -486,9 +492,13 @@ static void claim(runner *r) {
     r->more = n == want;
     /* The claim gave these leases their full length. */
     if (r->running == 0 && n > 0) r->last_heartbeat = r->last_claim;
+    /* All are reserved first: starting many takes a while, and the leases
+     * of those still waiting to start must be kept meanwhile too. */
+    job *claimed[n > 0 ? n : 1];
+    for (int i = 0; i < n; i++) claimed[i] = reserve_job(r, res, i);
     for (int i = 0; i < n; i++) {
         keep_leases(r);
-        start_job(r, res, i);
+        if (claimed[i]) start_job(r, claimed[i], PQgetvalue(res, i, 2));
     }
     PQclear(res);
     if (!r->more) find_next_due(r, offset);
@@ -520,6 +530,7 @@ static void heartbeat(runner *r) {
     char lease[32];
     snprintf(lease, sizeof lease, "%.3f", r->lease_s);
     const char *v[] = { r->locker, lease, ids };
+    log_msg(LOG_DEBUG, "job_leases", "worker %d extends %s", r->id, ids);
     PQclear(exec_sql(r, "extending leases",
                      "UPDATE jobs SET locked_until = now() + make_interval(secs => $2) "
                      "WHERE id = ANY($3::bigint[]) AND locked_by = $1",
@@ -792,7 +803,7 @@ static void *runner_main(void *arg) {
             if (r->listen) fds[n++] = (struct pollfd){ .fd = PQsocket(r->listen), .events = POLLIN };
             n += pgpool_pollfds(r->w.pgpool, fds + n, POOL_MAX);
             httpc_poll(r->w.httpc, pgpool_ready(r->w.pgpool) ? 0 : BUSY_POLL_MS, fds, n, on_ready, r);
-            pgpool_drive(r->w.pgpool, on_ready, r);
+            pgpool_drive(r->w.pgpool, fds, n, on_ready, r);
             drain_wake(r);
             listen_drain(r);
         } else if (!stop) {

@@ -101,6 +101,8 @@ struct sgw_pg {
     int       async_done;        /* the answer is complete (or the connection broke) */
     int       async_broken;      /* the connection must be dropped once the answer is read */
     int       async_nulls;       /* end-of-statement markers seen (pipeline) */
+    int       connecting;        /* a connection started without waiting (connect_async) */
+    PostgresPollingStatusType connect_wants;
     PGTransactionStatusType async_before;
     PGresult *async_settings;
     PGresult *async_result;
@@ -181,6 +183,7 @@ static void async_clear(sgw_pg *pg) {
 static void drop_connection(sgw_pg *pg) {
     if (pg->conn) PQfinish(pg->conn);
     pg->conn = NULL;
+    pg->connecting = 0;
     async_clear(pg);
 }
 
@@ -350,16 +353,80 @@ static int send_async(sgw_pg *pg, const char *sql, int n, const char *const *val
     return 0;
 }
 
+/* The failure of a connection attempt, remembered for the back-off (as
+ * ensure_connected does). */
+static void connect_failed(sgw_pg *pg, const char *why) {
+    char err[512];
+    snprintf(err, sizeof err, "%s", why && *why ? why : "connection failed");
+    err[trimmed_len(err)] = 0;
+    if (!pg->failed) log_msg(LOG_WARN, "db_connect_failed", "%s", err);
+    pg->failed = 1;
+    pg->failed_at_ms = clock_mono_ms();
+    snprintf(pg->last_error, sizeof pg->last_error, "%s", err);
+    if (pg->conn) PQfinish(pg->conn);
+    pg->conn = NULL;
+    pg->connecting = 0;
+}
+
+/* Starts connecting without waiting: 1 started (pg_async_fd/step drive it;
+ * the caller yields and sends once it is done), 0 already connected, -1
+ * with f filled in (unreachable, or inside the back-off after a failure). */
+static int connect_async(sgw_pg *pg, pg_failure *f) {
+    if (pg->conn && PQstatus(pg->conn) == CONNECTION_OK) return 0;
+    if (pg->tx_depth > 0) return ensure_connected(pg, f);      /* says why: lost mid-transaction */
+    drop_connection(pg);
+    if (pg->failed && clock_mono_ms() - pg->failed_at_ms < RECONNECT_INTERVAL_MS) {
+        set_failure(f, "08001", "database unavailable: %s", pg->last_error);
+        return -1;
+    }
+    const char *keys[] = { "connect_timeout", "fallback_application_name", "dbname", NULL };
+    const char *vals[] = { CONNECT_TIMEOUT_S, "sgw", pg->conninfo, NULL };
+    pg->conn = PQconnectStartParams(keys, vals, 1);
+    if (!pg->conn || PQstatus(pg->conn) == CONNECTION_BAD) {
+        connect_failed(pg, pg->conn ? PQerrorMessage(pg->conn) : "out of memory");
+        set_failure(f, "08001", "database unavailable: %s", pg->last_error);
+        return -1;
+    }
+    pg->connecting = 1;
+    pg->connect_wants = PGRES_POLLING_WRITING;
+    pg->async = 1;
+    pg->async_done = 0;
+    return 1;
+}
+
 int pg_async_fd(sgw_pg *pg, short *events) {
     if (!pg || !pg->async || pg->async_done || !pg->conn) return -1;
-    *events = (short)(POLLIN | (pg->async_flush ? POLLOUT : 0));
+    if (pg->connecting)
+        *events = pg->connect_wants == PGRES_POLLING_READING ? POLLIN : POLLOUT;
+    else
+        *events = (short)(POLLIN | (pg->async_flush ? POLLOUT : 0));
     return PQsocket(pg->conn);
 }
 
+/* Advances a connection under way once its socket is ready (revents). */
+static int connect_step(sgw_pg *pg, short revents) {
+    if (!revents) return 0;
+    PostgresPollingStatusType st = PQconnectPoll(pg->conn);
+    if (st == PGRES_POLLING_OK) {
+        pg->connecting = 0;
+        PQsetNoticeReceiver(pg->conn, notice_to_log, NULL);
+        if (pg->failed) log_msg(LOG_INFO, "db_reconnected", "connected to the database again");
+        pg->failed = 0;
+    } else if (st == PGRES_POLLING_FAILED) {
+        connect_failed(pg, PQerrorMessage(pg->conn));
+    } else {
+        pg->connect_wants = st;
+        return 0;
+    }
+    pg->async_done = 1;          /* the caller resumes and sends (or fails) */
+    return 1;
+}
+
 /* Reads what has arrived; 1 once the answer is complete. Never blocks. */
-int pg_async_step(sgw_pg *pg) {
+int pg_async_step(sgw_pg *pg, short revents) {
     if (!pg || !pg->async) return 0;
     if (pg->async_done) return 1;
+    if (pg->connecting) return connect_step(pg, revents);
     PGconn *c = pg->conn;
     if (pg->async_flush) {
         int fl = PQflush(c);
@@ -962,6 +1029,19 @@ static int db_async_send(lua_State *L, int status, lua_KContext ctx) {
         pool_wait_failure(L, &f);
         return push_failure(L, &f);
     }
+    if (pg->async) {
+        pg->async = pg->async_done = 0;          /* resumed: the connection attempt ended */
+    } else {
+        int c = connect_async(pg, &f);
+        if (c < 0) {
+            if (!pgpool_held(p, L)) pgpool_release(p, pg);
+            return push_failure(L, &f);
+        }
+        if (c > 0) {
+            pgpool_sent(p, pg);
+            return yield_on(L, p, ctx, db_async_send);
+        }
+    }
     int n = ACTX_N(ctx), top = lua_gettop(L);
     const char *vals[MAX_PARAMS];
     char num[MAX_PARAMS][48];
@@ -1147,6 +1227,19 @@ static int tx_async_begin(lua_State *L, int status, lua_KContext ctx) {
             return raise_failure(L, &f);
         }
         pgpool_hold(p, pg, 1);
+        if (pg->async) {
+            pg->async = pg->async_done = 0;      /* resumed: the connection attempt ended */
+        } else {
+            int c = connect_async(pg, &f);
+            if (c < 0) {
+                pgpool_release(p, pg);
+                return raise_failure(L, &f);
+            }
+            if (c > 0) {
+                pgpool_sent(p, pg);
+                return yield_on(L, p, 0, tx_async_begin);
+            }
+        }
     }
     char sql[64];
     if (t->nested) {

@@ -2,7 +2,8 @@
  * pgpool.c — a job worker's pool of PostgreSQL connections, shared by its
  * coroutines without blocking the thread.
  *
- * A job coroutine's db.* call takes a free connection, sends its statement
+ * A coroutine's db.* call takes a free connection (connecting it without
+ * waiting when it has none yet), sends its statement
  * (pg.c, send_async) and yields; the runner's loop polls the connections'
  * sockets beside its HTTP transfers and calls pgpool_drive, which reads the
  * answers and resumes each coroutine whose answer is complete. A coroutine
@@ -183,14 +184,24 @@ int pgpool_ready(sgw_pgpool *p) {
     return 0;
 }
 
-void pgpool_drive(sgw_pgpool *p, void (*on_ready)(lua_State *co, int nres, void *ud), void *ud) {
+/* What poll said of fd (0 when it was not polled). */
+static short revents_of(const struct pollfd *fds, int nfds, int fd) {
+    for (int i = 0; i < nfds; i++)
+        if (fds[i].fd == fd) return fds[i].revents;
+    return 0;
+}
+
+void pgpool_drive(sgw_pgpool *p, const struct pollfd *fds, int nfds,
+                  void (*on_ready)(lua_State *co, int nres, void *ud), void *ud) {
     if (!p) return;
     /* Gather first, resume after: a resumed coroutine changes the slots. */
     lua_State **ready = p->ready;
     int n = 0;
     for (int i = 0; i < p->nslots; i++) {
         slot *s = &p->slots[i];
-        if (s->sent && pg_async_step(s->pg)) {
+        short events;
+        int fd = s->sent ? pg_async_fd(s->pg, &events) : -1;
+        if (s->sent && pg_async_step(s->pg, fd >= 0 ? revents_of(fds, nfds, fd) : 0)) {
             s->sent = 0;
             ready[n++] = s->user;
         }

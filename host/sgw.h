@@ -139,11 +139,12 @@ struct pg_result;
 struct pg_result *pg_exec(sgw_pg *pg, const char *sql, int n, const char *const *vals);
 /* 1 when L's db.* calls are inside a transaction (http.request refuses). */
 int     pg_worker_in_transaction(sgw_worker *w, lua_State *L);
-/* A statement sent without waiting (pgpool.c): its socket and the poll
- * events it waits for (-1: nothing in flight); pg_async_step reads what
- * arrived without blocking and is 1 once the answer is complete. */
+/* A statement sent (or a connection started) without waiting (pgpool.c):
+ * its socket and the poll events it waits for (-1: nothing in flight);
+ * pg_async_step, given what poll said of that socket, reads what arrived
+ * without blocking and is 1 once the answer (or the connection) is there. */
 int     pg_async_fd(sgw_pg *pg, short *events);
-int     pg_async_step(sgw_pg *pg);
+int     pg_async_step(sgw_pg *pg, short revents);
 void    pg_drop(sgw_pg *pg);                       /* closes the connection */
 
 /* --------------------------------------------------------------- pgpool.c
@@ -167,9 +168,11 @@ void        pgpool_sent(sgw_pgpool *p, sgw_pg *pg);       /* drive resumes its u
 struct pollfd;
 int         pgpool_pollfds(sgw_pgpool *p, struct pollfd *fds, int cap);
 int         pgpool_ready(sgw_pgpool *p);   /* a waiter can have a free connection now */
-/* Reads answers; calls on_ready(co, 0, ud) for every coroutine whose answer
- * is complete, that got a connection, or that waited too long. */
-void        pgpool_drive(sgw_pgpool *p, void (*on_ready)(lua_State *co, int nres, void *ud), void *ud);
+/* Reads answers (fds: what poll said of pgpool_pollfds' sockets); calls
+ * on_ready(co, 0, ud) for every coroutine whose answer is complete, that got
+ * a connection, or that waited too long. */
+void        pgpool_drive(sgw_pgpool *p, const struct pollfd *fds, int nfds,
+                         void (*on_ready)(lua_State *co, int nres, void *ud), void *ud);
 /* co ended: what it used goes back (dropped when not clean). */
 void        pgpool_forget(sgw_pgpool *p, lua_State *co);
 

@@ -831,7 +831,7 @@ static void wait_events(http_worker *hw) {
         n += pgpool_pollfds(hw->w.pgpool, fds + n, POOL_MAX);
         timeout = pgpool_ready(hw->w.pgpool) ? 0 : BUSY_POLL_MS;
         httpc_poll(hw->w.httpc, timeout, fds, n, on_ready, hw);
-        pgpool_drive(hw->w.pgpool, on_ready, hw);
+        pgpool_drive(hw->w.pgpool, fds, n, on_ready, hw);
     } else if (poll(fds, 1, -1) < 0 && errno != EINTR) {
         log_msg(LOG_ERROR, "worker_wait", "worker %d: poll failed: %s", hw->w.id, strerror(errno));
     }

@@ -50,12 +50,12 @@ static void test_line(void) {
     check(!pgpool_ready(p), "nothing free: nobody to wake", NULL);
 
     resumed r = { .n = 0 };
-    pgpool_drive(p, note_ready, &r);
+    pgpool_drive(p, NULL, 0, note_ready, &r);
     check(r.n == 0, "nothing to resume while all are busy", NULL);
 
     pgpool_release(p, p1);
     check(pgpool_ready(p), "a free connection and a waiter", NULL);
-    pgpool_drive(p, note_ready, &r);
+    pgpool_drive(p, NULL, 0, note_ready, &r);
     check(r.n == 1 && r.co[0] == co3, "the first in line is resumed", NULL);
     check(pgpool_acquire(p, co3, &st) == p1 && st == PGPOOL_GRANTED, "with the freed connection", NULL);
     check(pgpool_acquire(p, co3, &st) == p1 && st == PGPOOL_GRANTED, "asking again gives the same", NULL);
@@ -67,14 +67,14 @@ static void test_line(void) {
     pgpool_forget(p, co2);
     check(pgpool_using(p, co2) == NULL, "forgotten", NULL);
     r.n = 0;
-    pgpool_drive(p, note_ready, &r);
+    pgpool_drive(p, NULL, 0, note_ready, &r);
     check(r.n == 1 && r.co[0] == co4, "the next in line gets it", NULL);
 
     /* Granted but ended before it was resumed: the connection moves on. */
     check(pgpool_acquire(p, co5, &st) == NULL && st == PGPOOL_WAITING, "a new one waits", NULL);
     pgpool_forget(p, co4);
     r.n = 0;
-    pgpool_drive(p, note_ready, &r);
+    pgpool_drive(p, NULL, 0, note_ready, &r);
     check(r.n == 1 && r.co[0] == co5, "a connection given to an ended coroutine goes to the next", NULL);
     check(pgpool_acquire(p, co5, &st) == p2, "and it gets it", NULL);
     pgpool_free(p);
@@ -84,7 +84,7 @@ static void test_line(void) {
     pgpool_acquire(p, co1, &st);
     check(pgpool_acquire(p, co2, &st) == NULL && st == PGPOOL_WAITING, "waits", NULL);
     r.n = 0;
-    pgpool_drive(p, note_ready, &r);
+    pgpool_drive(p, NULL, 0, note_ready, &r);
     check(r.n == 1 && r.co[0] == co2, "resumed when its wait ran out", NULL);
     check(pgpool_acquire(p, co2, &st) == NULL && st == PGPOOL_EXPIRED, "and told so", NULL);
     check(pgpool_acquire(p, co2, &st) == NULL && st == PGPOOL_WAITING, "asking anew waits anew", NULL);
@@ -153,7 +153,7 @@ static void run_all(sgw_worker *w, const char *const *chunks, int n) {
         struct pollfd fds[16];
         int nf = pgpool_pollfds(w->pgpool, fds, 16);
         if (!pgpool_ready(w->pgpool)) poll(fds, (nfds_t)nf, 50);
-        pgpool_drive(w->pgpool, on_ready, &lp);
+        pgpool_drive(w->pgpool, fds, nf, on_ready, &lp);
     }
     check(lp.done == n, "every coroutine ended", NULL);
 }
