@@ -82,16 +82,20 @@ end
 
 -- Bounds compare to the millisecond, as the API shows times: a comment's
 -- own createdAt as either bound includes it.
--- Case folding by Unicode rules whatever the database's locale; the same
--- expression as the trigram index of migrations/0022.
-local LOWER_TEXT = [[lower(c.text COLLATE "und-x-icu")]]
+-- q: the text folded by Unicode rules whatever the database's locale, stored
+-- with the row (comments.text_folded, migrations/0027) and indexed by
+-- trigrams, against the pattern folded by the same expression.
+-- A rare q sorts every comment of the company that holds it (hundreds at a
+-- million comments): the page is picked in a subquery and only its rows are
+-- formatted.
 
 -- One page: rows (comments.present's input) and the cursor of the next page
 -- or nil on the last.
 function M.list(client, f)
+  local comments = require "comments"
   local newest = f.order == "newest"
-  local sql = "SELECT " .. require("comments").select_list("c.") .. ", " .. sqltime.exact("c.created_at", "position_t")
-    .. [[ FROM comments c
+  local order = " ORDER BY c.created_at " .. (newest and "DESC" or "ASC") .. ", c.id " .. (newest and "DESC" or "ASC")
+  local page = [[ FROM comments c
       WHERE c.company_id = $1 AND c.environment = $2
         AND ($3::text IS NULL OR c.social_account_id = $3)
         AND ($4::text IS NULL OR c.platform = $4)
@@ -101,10 +105,12 @@ function M.list(client, f)
         AND ($8::boolean IS NULL OR c.is_from_account = $8)
         AND ($9::timestamptz IS NULL OR c.created_at >= date_trunc('milliseconds', $9::timestamptz))
         AND ($10::timestamptz IS NULL OR c.created_at < date_trunc('milliseconds', $10::timestamptz) + interval '1 millisecond')
-        AND ($11::text IS NULL OR ]] .. LOWER_TEXT .. [[ LIKE lower($11 COLLATE "und-x-icu"))
+        AND ($11::text IS NULL OR c.text_folded LIKE lower($11 COLLATE "und-x-icu"))
         AND ($12::timestamptz IS NULL OR (c.created_at, c.id) ]] .. (newest and "<" or ">") .. [[ ($12::timestamptz, $13))
-      ORDER BY c.created_at ]] .. (newest and "DESC" or "ASC") .. ", c.id " .. (newest and "DESC" or "ASC")
-    .. " LIMIT $14"
+      ]] .. order .. " LIMIT $14"
+  local select = "SELECT " .. comments.select_list("c.") .. ", " .. sqltime.exact("c.created_at", "position_t")
+  local sql = f.pattern and (select .. " FROM (SELECT " .. comments.plain_list("c.") .. page .. ") c" .. order)
+    or (select .. page)
   local rows = assert(db.read_query(sql, client.company_id, client.environment, f.social_account_id, f.platform, f.post_id,
     f.is_hidden, f.is_deleted, f.is_from_account, f.since, f["until"], f.pattern,
     f.after and f.after.t, f.after and f.after.id, f.limit + 1))

@@ -11,12 +11,26 @@ local COLUMNS = { "id", "company_id", "environment", "post_target_id", "post_id"
   "platform_comment_id", "platform_post_id", "parent_platform_comment_id", "text", "author_platform_id",
   "author_name", "is_from_account", "is_hidden", "is_deleted", "like_count" }
 
--- The select list of a Comment row, columns prefixed (e.g. "c.").
-function M.select_list(prefix)
+local function prefixed(prefix)
   local out = {}
   for i, c in ipairs(COLUMNS) do out[i] = prefix .. c end
+  return out
+end
+
+-- The select list of a Comment row, columns prefixed (e.g. "c.").
+function M.select_list(prefix)
+  local out = prefixed(prefix)
   out[#out + 1] = sqltime.iso(prefix .. "created_at", "created_at")
   out[#out + 1] = sqltime.iso(prefix .. "updated_at", "updated_at")
+  return table.concat(out, ", ")
+end
+
+-- The columns select_list reads, unformatted: for a subquery that picks the
+-- rows, so that only the rows kept are formatted by the query around it.
+function M.plain_list(prefix)
+  local out = prefixed(prefix)
+  out[#out + 1] = prefix .. "created_at"
+  out[#out + 1] = prefix .. "updated_at"
   return table.concat(out, ", ")
 end
 

@@ -303,6 +303,11 @@ describe("comments", function()
       assert.are.equal("after the edit", get_comment(id).text)
       ingest(page({ fb_change("edited", id, T0 + 30, { message = "latest" }) }))
       assert.are.equal("latest", get_comment(id).text)
+      -- The inbox's text search finds the text as it now stands, not as it was.
+      local _, found = api("GET", "/api/v1/comments?q=LATEST")
+      assert.are.same({ c.id }, { found.data[1] and found.data[1].id, found.data[2] and found.data[2].id })
+      _, found = api("GET", "/api/v1/comments?q=after%20the%20edit")
+      assert.are.same({}, found.data)
       assert.are.equal(1, count("SELECT count(*) FROM events WHERE type = 'social.comment.received' "
         .. "AND data->'comment'->>'id' = '" .. c.id .. "'"), "one social.comment.received, when the row was created")
       -- The add filled in, the stale edit changed nothing: one update, the latest.
