@@ -28,6 +28,7 @@
 --   POST /{ig-user}/media_publish      creation_id -> {"id": media}; a container publishes once
 --   GET  /{ig-user}/media              newest first
 --   GET  /{ig-user}/content_publishing_limit      {"data":[{"quota_usage","config"}]}
+--   POST|GET|DELETE /{page}/subscribed_apps       what `sgw account add` asks for
 --
 -- Control (JSON):
 --   GET  /_fake/health                 {"ok","version","server","workers"}
@@ -646,6 +647,30 @@ route("ig_user", "content_publishing_limit", "GET", function(req, ig)
     full = out
   end
   return '{"data":[' .. cjson.encode(full) .. "]}"
+end)
+
+-- The app's webhook subscription of a Page (sgw makes one when an account is added).
+route("page", "subscribed_apps", "POST", function(req, page)
+  local fields = req.params.subscribed_fields or ""
+  local list = fields:sub(1, 1) == "[" and cjson.decode(fields) or nil
+  if not list then
+    list = {}
+    for f in fields:gmatch("[^,%s]+") do list[#list + 1] = f end
+  end
+  if #list == 0 then bad_param("The parameter subscribed_fields is required.") end
+  state:set("subs:" .. page.id, cjson.encode(list))
+  return '{"success":true}'
+end)
+
+route("page", "subscribed_apps", "DELETE", function(_, page)
+  state:delete("subs:" .. page.id)
+  return '{"success":true}'
+end)
+
+route("page", "subscribed_apps", "GET", function(_, page)
+  local fields = state:get("subs:" .. page.id)
+  if not fields then return '{"data":[]}' end
+  return '{"data":[{"id":"fake-app","name":"fake app","subscribed_fields":' .. fields .. "}]}"
 end)
 
 -- ------------------------------------------------------------------ Graph requests
