@@ -68,8 +68,10 @@ endforeach()
 # Specs whose time goes to a browser or to a newcomer's walk-through (the web
 # pages in Chromium, the demo, the client examples) run in the normal build
 # only: what they add under ASan+UBSan is minutes, not C paths that the other
-# integration specs do not already drive.
-set(SGW_NORMAL_BUILD_ONLY_SPECS workspace workspace_comments workspace_posts sandbox_pages demo examples)
+# integration specs do not already drive. The bench's fake Graph API runs no
+# sgw at all.
+set(SGW_NORMAL_BUILD_ONLY_SPECS workspace workspace_comments workspace_posts sandbox_pages demo examples
+  bench_fake_graph)
 
 file(GLOB SGW_INTEGRATION_SPECS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/spec/integration/*_spec.lua)
 foreach(spec ${SGW_INTEGRATION_SPECS})
