@@ -85,6 +85,7 @@ struct sgw_httpc {
     xlist      running;            /* added to the multi */
     xlist      queued;             /* FIFO beyond max_concurrent */
     lua_State *current;            /* coroutine the runner is resuming */
+    int        kick;               /* a transfer was added: drive the multi */
 };
 
 /* ------------------------------------------------------------ lists */
@@ -628,6 +629,7 @@ static void promote(sgw_httpc *h, xfer **done) {
     while (h->queued.head && h->running.n < h->max_concurrent) {
         xfer *x = h->queued.head;
         xlist_remove(&h->queued, x);
+        h->kick = 1;
         if (curl_multi_add_handle(h->multi, x->easy) != CURLM_OK) {
             x->queued = 0;
             x->rc = CURLE_FAILED_INIT;
@@ -695,9 +697,18 @@ void httpc_poll(sgw_httpc *h, int timeout_ms, struct pollfd *extra, int nextra,
             for (int i = 0; i < nextra; i++) extra[i].revents = 0;
         return;
     }
+    /* curl_multi_perform visits every transfer, and the loop comes here
+     * once per database answer too: drive the multi only when a transfer
+     * was added, one of its sockets had news, or one of its timers is due. */
     int still;
-    curl_multi_perform(h->multi, &still);
-    xfer *done = collect_done(h);
+    xfer *done = NULL;
+    long due = -1;
+    curl_multi_timeout(h->multi, &due);
+    if (h->kick || due == 0) {
+        h->kick = 0;
+        curl_multi_perform(h->multi, &still);
+        done = collect_done(h);
+    }
     if (!done) {
         struct curl_waitfd wfd[EXTRA_FDS_MAX];
         int nw = nextra < EXTRA_FDS_MAX ? nextra : EXTRA_FDS_MAX;
@@ -707,12 +718,20 @@ void httpc_poll(sgw_httpc *h, int timeout_ms, struct pollfd *extra, int nextra,
                                     (extra[i].events & POLLOUT ? CURL_WAIT_POLLOUT : 0));
             wfd[i].revents = 0;
         }
-        curl_multi_poll(h->multi, wfd, (unsigned)nw, timeout_ms > 0 ? timeout_ms : 0, NULL);
-        for (int i = 0; i < nw; i++)
+        int active = 0, extra_active = 0;
+        curl_multi_poll(h->multi, wfd, (unsigned)nw, timeout_ms > 0 ? timeout_ms : 0, &active);
+        for (int i = 0; i < nw; i++) {
             extra[i].revents = (short)((wfd[i].revents & CURL_WAIT_POLLIN ? POLLIN : 0) |
                                        (wfd[i].revents & CURL_WAIT_POLLOUT ? POLLOUT : 0));
-        curl_multi_perform(h->multi, &still);
-        done = collect_done(h);
+            if (wfd[i].revents) extra_active++;
+        }
+        due = -1;
+        curl_multi_timeout(h->multi, &due);
+        if (active > extra_active || due == 0 || h->kick) {
+            h->kick = 0;
+            curl_multi_perform(h->multi, &still);
+            done = collect_done(h);
+        }
     }
     /* Refill the freed slots before running Lua, so queued transfers start
      * while the finished ones are being handled. */
@@ -767,6 +786,7 @@ static int start_async(lua_State *L, sgw_httpc *h, xfer *x, int xi, const req_op
             x->co = L;
             x->h = h;
             if (h->running.n < h->max_concurrent) {
+                h->kick = 1;
                 if (curl_multi_add_handle(h->multi, e) == CURLM_OK) {
                     x->queued = 0;
                     xlist_push(&h->running, x);

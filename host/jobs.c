@@ -80,6 +80,7 @@ typedef struct runner {
     uint64_t    refresh_failed_gen;
     uint64_t    last_claim, last_heartbeat, last_tick, last_cleanup, last_warn;
     uint64_t    heartbeat_ms;        /* a third of the lease */
+    uint64_t    transfers_at;        /* worker_wait_io's */
     uint64_t    next_due;            /* monotonic ms when the next future job is due; 0: none known */
     uint64_t    rng;
     timer      *timers;
@@ -802,8 +803,7 @@ static void *runner_main(void *arg) {
             fds[n++] = (struct pollfd){ .fd = r->efd, .events = POLLIN };
             if (r->listen) fds[n++] = (struct pollfd){ .fd = PQsocket(r->listen), .events = POLLIN };
             n += pgpool_pollfds(r->w.pgpool, fds + n, POOL_MAX);
-            httpc_poll(r->w.httpc, pgpool_ready(r->w.pgpool) ? 0 : BUSY_POLL_MS, fds, n, on_ready, r);
-            pgpool_drive(r->w.pgpool, fds, n, on_ready, r);
+            worker_wait_io(&r->w, fds, n, pgpool_ready(r->w.pgpool) ? 0 : BUSY_POLL_MS, &r->transfers_at, on_ready, r);
             drain_wake(r);
             listen_drain(r);
         } else if (!stop) {

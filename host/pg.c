@@ -816,6 +816,20 @@ static void push_rows(lua_State *L, PGresult *r) {
     }
 }
 
+/* What a successful statement gives Lua: its rows, or (db.exec) the count
+ * of rows it affected. Frees the result. */
+static int push_answer(lua_State *L, res_box *box, int want_rows) {
+    if (want_rows) {
+        push_rows(L, box->res);
+    } else {
+        const char *affected = PQcmdTuples(box->res);
+        lua_pushinteger(L, *affected ? (lua_Integer)strtoll(affected, NULL, 10) : 0);
+    }
+    PQclear(box->res);
+    box->res = NULL;
+    return 1;
+}
+
 typedef enum { RUN_EXEC, RUN_QUERY, RUN_READ } run_kind;
 
 /* Runs a lag-tolerant read on the replica when it may serve, else (or when
@@ -859,15 +873,7 @@ static int db_run(lua_State *L, run_kind kind) {
                                 : run(pg, lua_tostring(L, 1), n, vals, &f);
     if (!box->res) return push_failure(L, &f);
 
-    if (want_rows) {
-        push_rows(L, box->res);
-    } else {
-        const char *affected = PQcmdTuples(box->res);
-        lua_pushinteger(L, *affected ? (lua_Integer)strtoll(affected, NULL, 10) : 0);
-    }
-    PQclear(box->res);
-    box->res = NULL;
-    return 1;
+    return push_answer(L, box, want_rows);
 }
 
 /* On a socket thread these first migrate (SGW_MIGRATE_IF_SOCKET); the
@@ -956,6 +962,19 @@ static sgw_pg *async_conn(sgw_pgpool *p, lua_State *L, int *expired) {
     return pg;
 }
 
+/* Before a statement on pg: 0 connected (go on), 1 a connection was
+ * started (yield; the pool resumes the coroutine when it is up, and the
+ * caller runs again), -1 it cannot be had (f). */
+static int connect_first(sgw_pgpool *p, sgw_pg *pg, pg_failure *f) {
+    if (pg->async) {
+        pg->async = pg->async_done = 0;          /* resumed: the attempt has ended */
+        return 0;                                /* send_async says if it failed */
+    }
+    int c = connect_async(pg, f);
+    if (c > 0) pgpool_sent(p, pg);
+    return c;
+}
+
 static int yield_on(lua_State *L, sgw_pgpool *p, lua_KContext ctx, lua_KFunction k) {
     lua_pushlightuserdata(L, p);
     return lua_yieldk(L, 1, ctx, k);
@@ -1005,15 +1024,7 @@ static int db_async_answer(lua_State *L, int status, lua_KContext ctx) {
         }
         return push_failure(L, &f);
     }
-    if (ACTX_KIND(ctx) != RUN_EXEC) {
-        push_rows(L, box->res);
-    } else {
-        const char *affected = PQcmdTuples(box->res);
-        lua_pushinteger(L, *affected ? (lua_Integer)strtoll(affected, NULL, 10) : 0);
-    }
-    PQclear(box->res);
-    box->res = NULL;
-    return 1;
+    return push_answer(L, box, ACTX_KIND(ctx) != RUN_EXEC);
 }
 
 /* Sends the statement at 1 with the parameters 2..n+1; yields for the
@@ -1029,19 +1040,12 @@ static int db_async_send(lua_State *L, int status, lua_KContext ctx) {
         pool_wait_failure(L, &f);
         return push_failure(L, &f);
     }
-    if (pg->async) {
-        pg->async = pg->async_done = 0;          /* resumed: the connection attempt ended */
-    } else {
-        int c = connect_async(pg, &f);
-        if (c < 0) {
-            if (!pgpool_held(p, L)) pgpool_release(p, pg);
-            return push_failure(L, &f);
-        }
-        if (c > 0) {
-            pgpool_sent(p, pg);
-            return yield_on(L, p, ctx, db_async_send);
-        }
+    int c = connect_first(p, pg, &f);
+    if (c < 0) {
+        if (!pgpool_held(p, L)) pgpool_release(p, pg);
+        return push_failure(L, &f);
     }
+    if (c > 0) return yield_on(L, p, ctx, db_async_send);
     int n = ACTX_N(ctx), top = lua_gettop(L);
     const char *vals[MAX_PARAMS];
     char num[MAX_PARAMS][48];
@@ -1227,19 +1231,12 @@ static int tx_async_begin(lua_State *L, int status, lua_KContext ctx) {
             return raise_failure(L, &f);
         }
         pgpool_hold(p, pg, 1);
-        if (pg->async) {
-            pg->async = pg->async_done = 0;      /* resumed: the connection attempt ended */
-        } else {
-            int c = connect_async(pg, &f);
-            if (c < 0) {
-                pgpool_release(p, pg);
-                return raise_failure(L, &f);
-            }
-            if (c > 0) {
-                pgpool_sent(p, pg);
-                return yield_on(L, p, 0, tx_async_begin);
-            }
+        int c = connect_first(p, pg, &f);
+        if (c < 0) {
+            pgpool_release(p, pg);
+            return raise_failure(L, &f);
         }
+        if (c > 0) return yield_on(L, p, 0, tx_async_begin);
     }
     char sql[64];
     if (t->nested) {

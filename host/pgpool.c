@@ -40,8 +40,9 @@ typedef struct waiter {
 struct sgw_pgpool {
     slot      *slots;
     int        nslots;
-    waiter    *waiters;   /* in order of arrival */
+    waiter    *waiters;   /* in order of arrival (so of deadline too) */
     int        nwaiters, cap_waiters;
+    int        nexpired;  /* waiters told their wait ran out, not yet asking again */
     lua_State *current;
     uint64_t   wait_ms;
     lua_State **ready;    /* pgpool_drive's list: nslots + cap_waiters */
@@ -122,14 +123,20 @@ sgw_pg *pgpool_acquire(sgw_pgpool *p, lua_State *co, int *state) {
         *state = PGPOOL_GRANTED;
         return mine;
     }
-    int w = find_waiter(p, co);
-    if (w >= 0) {
-        *state = p->waiters[w].state;
-        if (*state == PGPOOL_EXPIRED) remove_waiter(p, w);
-        return NULL;
+    /* Only the pool resumes a waiting coroutine, and one it gave a
+     * connection finds it above: a coroutine asking here is new, or its
+     * wait ran out (looked up only while some did). */
+    if (p->nexpired > 0) {
+        int w = find_waiter(p, co);
+        if (w >= 0 && p->waiters[w].state == PGPOOL_EXPIRED) {
+            remove_waiter(p, w);
+            p->nexpired--;
+            *state = PGPOOL_EXPIRED;
+            return NULL;
+        }
     }
     /* Those already waiting go first. */
-    for (int i = 0; p->nwaiters == 0 && i < p->nslots; i++) {
+    for (int i = 0; p->nwaiters == p->nexpired && i < p->nslots; i++) {
         if (!p->slots[i].user) {
             p->slots[i].user = co;
             *state = PGPOOL_GRANTED;
@@ -177,8 +184,14 @@ int pgpool_pollfds(sgw_pgpool *p, struct pollfd *fds, int cap) {
     return n;
 }
 
+int pgpool_in_flight(sgw_pgpool *p) {
+    for (int i = 0; p && i < p->nslots; i++)
+        if (p->slots[i].sent) return 1;
+    return 0;
+}
+
 int pgpool_ready(sgw_pgpool *p) {
-    if (!p || p->nwaiters == 0) return 0;
+    if (!p || p->nwaiters == p->nexpired) return 0;
     for (int i = 0; i < p->nslots; i++)
         if (!p->slots[i].user) return 1;
     return 0;
@@ -210,26 +223,27 @@ void pgpool_drive(sgw_pgpool *p, const struct pollfd *fds, int nfds,
      * as its own when resumed); a wait past its deadline ends as EXPIRED,
      * which the coroutine reads when it asks again. */
     uint64_t now = clock_mono_ms();
+    int next_free = 0;
     for (int w = 0; w < p->nwaiters;) {
         waiter *wt = &p->waiters[w];
         if (wt->state != PGPOOL_WAITING) {
             w++;
             continue;
         }
-        slot *free_slot = NULL;
-        for (int i = 0; i < p->nslots && !free_slot; i++)
-            if (!p->slots[i].user) free_slot = &p->slots[i];
-        if (free_slot) {
-            free_slot->user = wt->co;
+        while (next_free < p->nslots && p->slots[next_free].user) next_free++;
+        if (next_free < p->nslots) {
+            p->slots[next_free].user = wt->co;
             ready[n++] = wt->co;
             remove_waiter(p, w);
             continue;
         }
-        if (now >= wt->deadline) {
-            wt->state = PGPOOL_EXPIRED;
-            metrics_count("sgw_db_pool_wait_timeouts_total", NULL, 1);
-            ready[n++] = wt->co;
-        }
+        /* No connection free: only expiries are left, and deadlines
+         * follow the order of arrival. */
+        if (now < wt->deadline) break;
+        wt->state = PGPOOL_EXPIRED;
+        p->nexpired++;
+        metrics_count("sgw_db_pool_wait_timeouts_total", NULL, 1);
+        ready[n++] = wt->co;
         w++;
     }
     for (int i = 0; i < n; i++) on_ready(ready[i], 0, ud);
@@ -249,5 +263,8 @@ void pgpool_forget(sgw_pgpool *p, lua_State *co) {
         s->sent = 0;
     }
     int w = find_waiter(p, co);
-    if (w >= 0) remove_waiter(p, w);
+    if (w >= 0) {
+        if (p->waiters[w].state == PGPOOL_EXPIRED) p->nexpired--;
+        remove_waiter(p, w);
+    }
 }

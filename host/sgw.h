@@ -159,8 +159,9 @@ lua_State  *pgpool_current(sgw_pgpool *p);
 sgw_pg     *pgpool_using(sgw_pgpool *p, lua_State *co);   /* taken by co, or NULL */
 sgw_pg     *pgpool_held(sgw_pgpool *p, lua_State *co);    /* held by co's transaction */
 /* A connection for co (*state PGPOOL_GRANTED): the one it uses already, or
- * a free one; or NULL: co waits in line (PGPOOL_WAITING: yield, then ask
- * again) or waited too long (PGPOOL_EXPIRED). */
+ * a free one; or NULL: co waits in line (PGPOOL_WAITING: yield, and ask
+ * again only once pgpool_drive has resumed it) or waited too long
+ * (PGPOOL_EXPIRED). */
 sgw_pg     *pgpool_acquire(sgw_pgpool *p, lua_State *co, int *state);
 void        pgpool_hold(sgw_pgpool *p, sgw_pg *pg, int held);
 void        pgpool_release(sgw_pgpool *p, sgw_pg *pg);    /* back to free */
@@ -168,6 +169,7 @@ void        pgpool_sent(sgw_pgpool *p, sgw_pg *pg);       /* drive resumes its u
 struct pollfd;
 int         pgpool_pollfds(sgw_pgpool *p, struct pollfd *fds, int cap);
 int         pgpool_ready(sgw_pgpool *p);   /* a waiter can have a free connection now */
+int         pgpool_in_flight(sgw_pgpool *p);   /* a statement or a connection is under way */
 /* Reads answers (fds: what poll said of pgpool_pollfds' sockets); calls
  * on_ready(co, 0, ud) for every coroutine whose answer is complete, that got
  * a connection, or that waited too long. */
@@ -459,6 +461,15 @@ int  workers_queue_depth(void);
 /* Opens connections and the Lua state of a worker; 0 ok. */
 int  worker_init(sgw_worker *w, int id, const char *role, char *err, size_t errlen);
 void worker_destroy(sgw_worker *w);
+/* One wait of a worker's event loop (request or job): fds are the caller's
+ * sockets (its wake-up first), then the pool's (pgpool_pollfds); returns
+ * when any has news or timeout_ms passed, having resumed (on_ready) every
+ * coroutine whose statement or transfer is done. Transfers' sockets are
+ * polled at most every few milliseconds while statements are in flight:
+ * polling a thousand of them for every database answer cost more than the
+ * answers. *transfers_at: when they were last polled (the caller keeps it). */
+void worker_wait_io(sgw_worker *w, struct pollfd *fds, int n, int timeout_ms, uint64_t *transfers_at,
+                    void (*on_ready)(lua_State *co, int nres, void *ud), void *ud);
 /* The request coroutine a socket thread is running; NULL on every other
  * thread and between requests. */
 extern _Thread_local lua_State *sgw_socket_co;

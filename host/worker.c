@@ -69,6 +69,7 @@ typedef struct http_worker {
     struct http_worker *next_idle;
     running_req        *running;    /* [capacity] */
     atomic_int          nrunning;   /* read by workers_enqueue to pick a loop */
+    uint64_t            transfers_at; /* worker_wait_io's */
 } http_worker;
 
 static pthread_mutex_t qlock = PTHREAD_MUTEX_INITIALIZER;
@@ -142,6 +143,22 @@ void worker_destroy(sgw_worker *w) {
     if (w->httpc) httpc_free(w->httpc);
     if (w->pgpool) pgpool_free(w->pgpool);
     memset(w, 0, sizeof *w);
+}
+
+#define TRANSFERS_EVERY_MS 5
+
+void worker_wait_io(sgw_worker *w, struct pollfd *fds, int n, int timeout_ms, uint64_t *transfers_at,
+                    void (*on_ready)(lua_State *co, int nres, void *ud), void *ud) {
+    uint64_t now = clock_mono_ms();
+    if (!pgpool_in_flight(w->pgpool) || httpc_active(w->httpc) == 0 || now - *transfers_at >= TRANSFERS_EVERY_MS) {
+        *transfers_at = now;
+        httpc_poll(w->httpc, timeout_ms, fds, n, on_ready, ud);
+    } else {
+        int left = (int)(TRANSFERS_EVERY_MS - (now - *transfers_at));
+        if (poll(fds, (nfds_t)n, timeout_ms < left ? timeout_ms : left) < 0 && errno != EINTR)
+            for (int i = 0; i < n; i++) fds[i].revents = 0;
+    }
+    pgpool_drive(w->pgpool, fds, n, on_ready, ud);
 }
 
 /* ------------------------------------------------------------ responses */
@@ -830,8 +847,7 @@ static void wait_events(http_worker *hw) {
     if (atomic_load(&hw->nrunning) > 0) {
         n += pgpool_pollfds(hw->w.pgpool, fds + n, POOL_MAX);
         timeout = pgpool_ready(hw->w.pgpool) ? 0 : BUSY_POLL_MS;
-        httpc_poll(hw->w.httpc, timeout, fds, n, on_ready, hw);
-        pgpool_drive(hw->w.pgpool, fds, n, on_ready, hw);
+        worker_wait_io(&hw->w, fds, n, timeout, &hw->transfers_at, on_ready, hw);
     } else if (poll(fds, 1, -1) < 0 && errno != EINTR) {
         log_msg(LOG_ERROR, "worker_wait", "worker %d: poll failed: %s", hw->w.id, strerror(errno));
     }

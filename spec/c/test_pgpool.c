@@ -46,7 +46,6 @@ static void test_line(void) {
     check(pgpool_using(p, co1) == p1 && pgpool_held(p, co1) == NULL, "taken, not held", NULL);
     check(pgpool_acquire(p, co3, &st) == NULL && st == PGPOOL_WAITING, "the third waits", NULL);
     check(pgpool_acquire(p, co4, &st) == NULL && st == PGPOOL_WAITING, "the fourth waits", NULL);
-    check(pgpool_acquire(p, co3, &st) == NULL && st == PGPOOL_WAITING, "asking again keeps its place", NULL);
     check(!pgpool_ready(p), "nothing free: nobody to wake", NULL);
 
     resumed r = { .n = 0 };

@@ -4,20 +4,15 @@
 -- as a whole (nested ones in savepoints); a pool with no free connection
 -- makes a job wait at most database.pool_wait_ms.
 local stack = require("stack")
-local cjson = require("cjson")
 local fixture_root = require("fixture_root")
 
 local q = stack.shell_quote
 
-local function count(url, sql)
-  return tonumber(stack.psql(url, sql))
-end
+local job_queue = require("job_queue")
+local count = job_queue.count
 
 local function enqueue(url, n, payload, max_attempts)
-  stack.psql(url, string.format(
-    "INSERT INTO jobs (kind, payload, max_attempts) SELECT 'test_db_wait', %s::jsonb, %d "
-      .. "FROM generate_series(1, %d); NOTIFY sgw_jobs",
-    "'" .. cjson.encode(payload):gsub("'", "''") .. "'", max_attempts or 1, n))
+  job_queue.enqueue(url, "test_db_wait", n, payload, max_attempts or 1)
 end
 
 -- A psql session holding advisory lock `key` (its statement runs at most
@@ -53,17 +48,26 @@ describe("jobs waiting on the database", function()
     stack.cleanup()
   end)
 
-  it("runs other jobs on the same worker while one waits on a lock, then finishes it", function()
-    local sgw = stack.start_sgw({ name = "jobs_db_wait", set = {
-      ["lua.root"] = root, ["jobs.workers"] = 1, ["jobs.concurrency"] = 16, ["database.pool_size"] = 2,
-      ["jobs.poll_interval_ms"] = 100, ["database.statement_timeout_ms"] = 120000 } })
+  -- One job worker (set: more settings) and one job inside a transaction
+  -- waiting for advisory lock `key`, which a session holds until release().
+  local function start_with_waiting_job(name, key, set)
+    local settings = { ["lua.root"] = root, ["jobs.workers"] = 1, ["jobs.poll_interval_ms"] = 100,
+      ["database.statement_timeout_ms"] = 120000 }
+    for k, v in pairs(set) do settings[k] = v end
+    local sgw = stack.start_sgw({ name = name, set = settings })
     local db = sgw.database_url
-    local release = hold_lock(db, 4242)
-    enqueue(db, 1, { lock = 4242 })
+    local release = hold_lock(db, key)
+    enqueue(db, 1, { lock = key })
     stack.eventually(function()
-      return count(db, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 "
-        .. "AND NOT granted") == 1
+      return count(db, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = " .. key
+        .. " AND NOT granted") == 1
     end, 10, 0.05, "the job to wait for the lock")
+    return sgw, db, release
+  end
+
+  it("runs other jobs on the same worker while one waits on a lock, then finishes it", function()
+    local sgw, db, release = start_with_waiting_job("jobs_db_wait", 4242,
+      { ["jobs.concurrency"] = 16, ["database.pool_size"] = 2 })
     -- Thirty more jobs with their own transactions, on the one worker thread
     -- and the one pool connection left.
     enqueue(db, 30, { inner_fail = true })
@@ -105,16 +109,8 @@ describe("jobs waiting on the database", function()
   end)
 
   it("fails a statement that waited longer than database.pool_wait_ms for a connection", function()
-    local sgw = stack.start_sgw({ name = "jobs_db_pool_wait", set = {
-      ["lua.root"] = root, ["jobs.workers"] = 1, ["database.pool_size"] = 1, ["database.pool_wait_ms"] = 300,
-      ["jobs.poll_interval_ms"] = 100, ["database.statement_timeout_ms"] = 120000 } })
-    local db = sgw.database_url
-    local release = hold_lock(db, 4343)
-    enqueue(db, 1, { lock = 4343 })
-    stack.eventually(function()
-      return count(db, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4343 "
-        .. "AND NOT granted") == 1
-    end, 10, 0.05, "the job to hold the only connection")
+    local sgw, db, release = start_with_waiting_job("jobs_db_pool_wait", 4343,
+      { ["database.pool_size"] = 1, ["database.pool_wait_ms"] = 300 })
     enqueue(db, 1, {}, 1)
     stack.eventually(function()
       return count(db, "SELECT count(*) FROM jobs WHERE status = 'dead'") == 1

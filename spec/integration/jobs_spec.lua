@@ -7,7 +7,6 @@
 -- job_selftest_results; the URLs point at slow_server (spec/support), which
 -- answers after a delay and reports the most requests it held at once.
 local stack = require("stack")
-local cjson = require("cjson")
 
 local q = stack.shell_quote
 
@@ -15,17 +14,12 @@ local q = stack.shell_quote
 
 local start_slow_server = require("slow_server").start
 
-local function count(url, sql)
-  return tonumber(stack.psql(url, sql))
-end
+local job_queue = require("job_queue")
+local count = job_queue.count
 
--- Inserts n self-test jobs with the same payload, as enqueue would, and
--- wakes the workers.
+-- Inserts n self-test jobs with the same payload and wakes the workers.
 local function enqueue(url, n, payload, max_attempts)
-  stack.psql(url, string.format(
-    "INSERT INTO jobs (kind, payload, max_attempts) SELECT 'selftest_fetch', %s::jsonb, %d "
-      .. "FROM generate_series(1, %d); NOTIFY sgw_jobs",
-    "'" .. cjson.encode(payload):gsub("'", "''") .. "'", max_attempts or 10, n))
+  job_queue.enqueue(url, "selftest_fetch", n, payload, max_attempts or 10)
 end
 
 local function log_tail(inst)
