@@ -20,6 +20,7 @@
 local http = require("socket.http")
 local ltn12 = require("ltn12")
 local socket = require("socket")
+local lfs = require("lfs")
 local cjson = require("cjson")
 local cjson_safe = require("cjson.safe")
 
@@ -204,6 +205,17 @@ function M.psql(url, sql)
 end
 
 --- A TCP port on 127.0.0.1 that was free a moment ago.
+-- ctest runs specs in several processes at once, and bind(0) hands a port
+-- that one of them has closed to another as readily as to itself: a port
+-- given out is also marked in the test services' directory (shared by every
+-- process of one run), so that two processes never get the same one.
+local function claimed_across_processes(port)
+  local dir = os.getenv("SGW_TEST_SERVICES_DIR")
+  if not dir or dir == "" then return true end
+  lfs.mkdir(dir .. "/ports")
+  return lfs.mkdir(dir .. "/ports/" .. port) ~= nil
+end
+
 function M.free_port()
   for _ = 1, 50 do
     local s = assert(socket.bind("127.0.0.1", 0))
@@ -212,7 +224,7 @@ function M.free_port()
     port = tonumber(port)
     if not ports_given[port] then
       ports_given[port] = true
-      return port
+      if claimed_across_processes(port) then return port end
     end
   end
   error("no free port found")
