@@ -17,6 +17,7 @@ local function client(sgw, address)
   function c.request(method, path, body)
     local chunks = {}
     local headers = { cookie = c.cookie }
+    http.TIMEOUT = 30 -- a sign-up hashes a password: slow on a busy machine
     if body then
       headers["content-type"] = "application/x-www-form-urlencoded"
       headers["content-length"] = tostring(#body)

@@ -250,6 +250,9 @@ function M.request(method, url, opts)
     headers["content-length"] = tostring(#body)
   end
   local chunks = {}
+  -- The time-out is LuaSocket's module-wide setting: set it for this request
+  -- only, so that a short poll does not shorten a spec's own requests.
+  local previous_timeout = http.TIMEOUT
   http.TIMEOUT = opts.timeout or 30
   local ok, status, resp_headers = http.request({
     url = url,
@@ -259,6 +262,7 @@ function M.request(method, url, opts)
     sink = ltn12.sink.table(chunks),
     redirect = false,
   })
+  http.TIMEOUT = previous_timeout
   if not ok then
     return nil, status
   end
