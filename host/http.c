@@ -139,7 +139,6 @@ static void request_free(sgw_request *req) {
     match_free(&req->match);
     req_strfree(req, req->route_pattern);
     if (req->response) MHD_destroy_response(req->response);
-    redis_pipe_free(req->deferred);
     body_release(req);
     free(req);
 }
@@ -221,7 +220,7 @@ static struct MHD_Response *make_response(sgw_request *req) {
 
 /* Runs the complete request, whichever thread then answers it. */
 static enum MHD_Result dispatch_now(struct MHD_Connection *conn, sgw_request *req) {
-    if (!req->dispatched) {            /* not again when a deferred request runs again */
+    if (!req->dispatched) {
         if (!req->early_status || req->early_status == 401 || req->early_status == 404 || req->early_status == 405) {
             collect_ctx q = { .req = req };
             MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, collect_value, &q);
@@ -242,7 +241,6 @@ static enum MHD_Result dispatch_now(struct MHD_Connection *conn, sgw_request *re
     /* Suspended before another thread may resume it. */
     MHD_suspend_connection(conn);
     if (how == WORKERS_MIGRATE) workers_migrate(req);
-    else if (how == WORKERS_DEFER) redis_pipe_submit(req);
     else workers_enqueue(req);
     return MHD_YES;
 }
@@ -471,11 +469,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 
 void http_complete(sgw_request *req) {
     req->response = make_response(req);
-    MHD_resume_connection(req->conn);
-}
-
-/* Resumed without a response or status, the request is dispatched again. */
-void http_rerun(sgw_request *req) {
     MHD_resume_connection(req->conn);
 }
 

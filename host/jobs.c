@@ -37,7 +37,6 @@
 /* pg.c */
 
 #define BUSY_POLL_MS     50          /* longest wait while jobs run (pool waits time out) */
-#define POOL_MAX         62          /* database.pool_size's ceiling (httpc's extra sockets) */
 #define TIMER_TICK_MS    1000
 #define TIMER_CLEANUP_MS (3600u * 1000u)
 #define LISTEN_RETRY_MS  2000
@@ -80,7 +79,7 @@ typedef struct runner {
     uint64_t    refresh_failed_gen;
     uint64_t    last_claim, last_heartbeat, last_tick, last_cleanup, last_warn;
     uint64_t    heartbeat_ms;        /* a third of the lease */
-    uint64_t    transfers_at;        /* worker_wait_io's */
+    uint64_t    transfers_at;        /* loop_wait's */
     uint64_t    next_due;            /* monotonic ms when the next future job is due; 0: none known */
     uint64_t    rng;
     timer      *timers;
@@ -213,7 +212,7 @@ static void count(const job *j, const char *what) {
 static void finish_job(runner *r, job *j, outcome out, double secs, const char *error) {
     char msg[MAX_ERROR];
     copy_error(msg, sizeof msg, error); /* error may live on the coroutine's stack */
-    pgpool_forget(r->w.pgpool, j->co);
+    loop_forget(&r->w, j->co);
     if (j->ref != LUA_NOREF && r->w.L) luaL_unref(r->w.L, LUA_REGISTRYINDEX, j->ref);
     j->ref = LUA_NOREF;
     j->co = NULL;
@@ -295,22 +294,18 @@ static int read_result(lua_State *L) {
 /* Runs one slice of a job's coroutine and handles how it ended. */
 static void resume_job(runner *r, job *j, int nargs) {
     lua_State *co = j->co;
-    sgw_httpc *h = r->w.httpc;
     int nres = 0;
-    httpc_set_current(h, co);
-    pgpool_set_current(r->w.pgpool, co);
+    loop_set_current(&r->w, co);
     budget_arm(co, r->budget_ms);
     int st = luart_resume(co, r->w.L, nargs, &nres);
-    httpc_set_current(h, NULL);
-    pgpool_set_current(r->w.pgpool, NULL);
+    loop_set_current(&r->w, NULL);
 
     if (st == LUA_YIELD) {
-        void *marker = nres == 1 && lua_islightuserdata(co, -1) ? lua_touserdata(co, -1) : NULL;
-        int ours = marker && (marker == (void *)h || marker == (void *)r->w.pgpool);
+        int ours = loop_owns(&r->w, co, nres);
         lua_pop(co, nres);
-        if (ours) return; /* waiting for its transfer or its statement */
+        if (ours) return; /* waiting for its transfer, statement or Redis call */
         finish_job(r, j, OUT_FAILED, 0,
-                   "the job yielded outside http.request and db.* (coroutine.yield at the top of a job is not supported)");
+                   "the job yielded outside http.request, db.* and redis.* (coroutine.yield at the top of a job is not supported)");
         return;
     }
     if (st != LUA_OK) {
@@ -544,7 +539,7 @@ static void heartbeat(runner *r) {
 static void abandon(runner *r) {
     /* Their open transactions end first (dropped: the server rolls back). */
     for (int i = 0; i < r->concurrency; i++)
-        if (r->jobs[i].used) pgpool_forget(r->w.pgpool, r->jobs[i].co);
+        if (r->jobs[i].used) loop_forget(&r->w, r->jobs[i].co);
     size_t cap = (size_t)r->concurrency * 22 + 8;
     char *ids = malloc(cap);
     if (ids) {
@@ -798,12 +793,12 @@ static void *runner_main(void *arg) {
 
         if (r->running > 0) {
             /* Transfers, statements, a wake-up and NOTIFY: whichever comes first. */
-            struct pollfd fds[POOL_MAX + 2];
+            struct pollfd fds[LOOP_POOL_MAX + 3];
             int n = 0;
             fds[n++] = (struct pollfd){ .fd = r->efd, .events = POLLIN };
             if (r->listen) fds[n++] = (struct pollfd){ .fd = PQsocket(r->listen), .events = POLLIN };
-            n += pgpool_pollfds(r->w.pgpool, fds + n, POOL_MAX);
-            worker_wait_io(&r->w, fds, n, pgpool_ready(r->w.pgpool) ? 0 : BUSY_POLL_MS, &r->transfers_at, on_ready, r);
+            n += loop_pollfds(&r->w, fds + n, LOOP_POOL_MAX + 1);
+            loop_wait(&r->w, fds, n, loop_ready(&r->w) ? 0 : BUSY_POLL_MS, &r->transfers_at, on_ready, r);
             drain_wake(r);
             listen_drain(r);
         } else if (!stop) {
@@ -822,7 +817,7 @@ static void *runner_main(void *arg) {
      * their transfers end with the worker's httpc. */
     for (int i = 0; i < r->concurrency; i++) {
         job *j = &r->jobs[i];
-        if (j->used) pgpool_forget(r->w.pgpool, j->co);
+        if (j->used) loop_forget(&r->w, j->co);
         if (j->used && j->ref != LUA_NOREF && r->w.L) luaL_unref(r->w.L, LUA_REGISTRYINDEX, j->ref);
         j->used = 0;
     }
@@ -862,8 +857,8 @@ int jobs_start(int n) {
     int conc = (int)config_int("jobs.concurrency");
     if (conc < 1) conc = 1;
     long long pool = config_int("database.pool_size");
-    if (pool < 1 || pool > POOL_MAX) {
-        log_msg(LOG_ERROR, "jobs_start", "database.pool_size must be 1 to %d (it is %lld)", POOL_MAX, pool);
+    if (pool < 1 || pool > LOOP_POOL_MAX) {
+        log_msg(LOG_ERROR, "jobs_start", "database.pool_size must be 1 to %d (it is %lld)", LOOP_POOL_MAX, pool);
         return -1;
     }
 
@@ -879,12 +874,9 @@ int jobs_start(int n) {
             goto fail;
         }
         r->concurrency = conc;
-        r->w.httpc = httpc_new(conc);
-        r->w.pgpool = pgpool_new(config_str("database.url"), pool, conc,
-                                 (uint64_t)(config_int("database.pool_wait_ms") > 0 ? config_int("database.pool_wait_ms") : 0));
         r->jobs = calloc((size_t)conc, sizeof *r->jobs);
         r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-        if (!r->w.httpc || !r->w.pgpool || !r->jobs || r->efd < 0) {
+        if (loop_open(&r->w, conc) || !r->w.pgpool || !r->jobs || r->efd < 0) {
             log_msg(LOG_ERROR, "jobs_start", "job worker %d: cannot allocate its resources", i);
             goto fail;
         }

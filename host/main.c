@@ -429,8 +429,6 @@ static int cmd_serve(const cli_args *a) {
     }
     int rc = 1;
     if (workers_start(n)) goto out_workers;
-    /* Without it, rate-limit calls are made by the workers one by one. */
-    if (redis_pipe_start()) log_msg(LOG_WARN, "redis_pipe", "rate-limit calls go to Redis one by one");
     if (invalidations_start()) log_msg(LOG_WARN, "invalidations", "cannot start the subscriber; every request asks Redis");
     if (jobs_start((int)config_int("jobs.workers"))) goto out_jobs;
     /* Told before the listeners start, so a migrated database is ready at once. */
@@ -479,9 +477,8 @@ static int cmd_serve(const cli_args *a) {
     rc = 0;
     admin_stop();
     /* Whatever is still suspended is resumed before the listener stops (MHD
-     * aborts otherwise): the pipeline hands its requests back, the workers
-     * finish what they hold and queue, and answer 503 to anything later. */
-    redis_pipe_stop();
+     * aborts otherwise): the workers finish what they hold and queue, and
+     * answer 503 to anything later. */
     workers_stop();
 out_admin:
     http_stop();
@@ -489,7 +486,6 @@ out_http:
     jobs_stop();
 out_jobs:
     invalidations_stop();
-    redis_pipe_stop();
     workers_stop();
 out_workers:
     httpc_global_cleanup();

@@ -1,7 +1,10 @@
 /*
- * redis.c — one Redis connection per worker (hiredis, blocking, with
- * time-outs) and the Lua global `redis`: redis.call, redis.eval_cached and
- * redis.null (docs/host-api.md).
+ * redis.c — the Lua global `redis` (redis.call, redis.eval_cached,
+ * redis.null: docs/host-api.md) and the worker's blocking Redis connection
+ * (hiredis, with time-outs). A coroutine its loop is resuming sends on the
+ * loop's connection instead and waits without the thread (redis_loop.c);
+ * the blocking one serves what cannot yield (a module loading, a sort
+ * comparator, a handler's own coroutine) and the CLI.
  *
  * Redis only holds what is hot (rate-limit counters, short caches), and
  * callers fail open when it is gone. So a dead Redis must cost almost
@@ -370,6 +373,76 @@ static int ensure_connected(sgw_redis *r, const char **err)
     return 0;
 }
 
+/* ---------------------------------------- for redis_loop.c's connections */
+
+int redis_node_timeout_ms(const sgw_redis *r)
+{
+    return r->timeout_ms;
+}
+
+void redis_node_fail(sgw_redis *r, const char *kind, const char *detail, const char **err)
+{
+    fail(r, kind, "i/o", detail);
+    *err = r->msg;
+}
+
+void redis_node_ok(sgw_redis *r)
+{
+    if (r->failed)
+        log_msg(LOG_INFO, "redis_reconnected", "%s:%d", r->host, r->port);
+    r->failed = 0;
+    atomic_store(&r->healthy, 1);
+}
+
+/* Appends a set-up command to a fresh non-blocking context; 0 ok. */
+static int append_setup(redisContext *c, int argc, const char **argv)
+{
+    return redisAppendCommandArgv(c, argc, argv, NULL) == REDIS_OK ? 0 : -1;
+}
+
+redisContext *redis_node_connect_nonblock(sgw_redis *r, int *nsetup, const char **err)
+{
+    *nsetup = 0;
+    if (r->url_error[0]) {
+        *err = r->url_error;
+        return NULL;
+    }
+    if (r->failed && mono_ms() - r->fail_ms < (uint64_t)r->retry_ms) {
+        metrics_count("sgw_redis_errors_total", "kind=\"unavailable\"", 1);
+        *err = "redis unavailable";
+        return NULL;
+    }
+    redisContext *c = redisConnectNonBlock(r->host, r->port);
+    if (c == NULL || c->err) {
+        fail(r, "connect", "connect", c ? c->errstr : "out of memory");
+        if (c)
+            redisFree(c);
+        *err = r->msg;
+        return NULL;
+    }
+    redisEnableKeepAlive(c);
+    if (r->password) {
+        const char *argv[3] = {"AUTH", r->user ? r->user : r->password, r->password};
+        if (append_setup(c, r->user ? 3 : 2, argv) != 0)
+            goto oom;
+        ++*nsetup;
+    }
+    if (r->db) {
+        char db[16];
+        snprintf(db, sizeof db, "%d", r->db);
+        const char *argv[2] = {"SELECT", db};
+        if (append_setup(c, 2, argv) != 0)
+            goto oom;
+        ++*nsetup;
+    }
+    return c;
+oom:
+    redisFree(c);
+    *nsetup = 0;
+    *err = "redis: out of memory";
+    return NULL;
+}
+
 /* Sends one command to one server. Returns the reply (error replies
  * included: the server answered), or NULL after an I/O failure with the
  * reason in *err. */
@@ -406,8 +479,6 @@ static redisReply *command(sgw_redis *r, int argc, const char **argv,
 int redis_pipeline(sgw_redis *r, int n, const int *argc, const char *const *const *argv,
                    const size_t *const *lens, redisReply **replies, const char **err)
 {
-    if (r->cluster)
-        return redis_cluster_pipeline(r->cluster, n, argc, argv, lens, replies, err);
     for (int i = 0; i < n; i++)
         replies[i] = NULL;
     if (ensure_connected(r, err) != 0)
@@ -587,6 +658,35 @@ static sgw_redis *worker_redis(lua_State *L)
     return w ? w->redis : NULL;
 }
 
+/* The loop's connection when L is the coroutine its loop is resuming (and
+ * may yield); else NULL and the call blocks on the worker's connection. */
+static sgw_redis_loop *usable_loop(lua_State *L)
+{
+    sgw_worker *w = lua_touserdata(L, lua_upvalueindex(1));
+    return w && redis_loop_usable(w->redis_loop, L) ? w->redis_loop : NULL;
+}
+
+static sgw_redis_loop *worker_loop(lua_State *L)
+{
+    sgw_worker *w = lua_touserdata(L, lua_upvalueindex(1));
+    return w ? w->redis_loop : NULL;
+}
+
+/* Sends the command on the loop's connection and yields (the lightuserdata
+ * tells the loop the wait is its own); k carries on with the reply. */
+static int yield_for_reply(lua_State *L, sgw_redis_loop *rl, int argc, const char **argv,
+                           const size_t *lens, lua_KContext ctx, lua_KFunction k);
+
+/* The reply the loop resumed L with, boxed at the top of the stack; NULL
+ * with the reason in *err after an I/O failure. */
+static redisReply *take_reply(lua_State *L, reply_box **box, const char **err)
+{
+    *box = push_box(L);
+    redisReply *rep = redis_loop_take(worker_loop(L), L, err);
+    box_set(*box, rep);
+    return rep;
+}
+
 /* Misuse: on a cluster, the keys of one command must share a slot. */
 static void check_one_slot(lua_State *L, const sgw_redis *r, int argc, const char **argv,
                            const size_t *lens)
@@ -594,6 +694,34 @@ static void check_one_slot(lua_State *L, const sgw_redis *r, int argc, const cha
     if (r && r->cluster && redis_command_slot(argc, argv, lens) == -2)
         luaL_error(L, "redis: the keys of one command must share a hash slot on a cluster "
                       "(give them one {tag})");
+}
+
+static int yield_for_reply(lua_State *L, sgw_redis_loop *rl, int argc, const char **argv,
+                           const size_t *lens, lua_KContext ctx, lua_KFunction k)
+{
+    const char *err;
+    if (redis_loop_send(rl, L, argc, argv, lens, &err) != 0)
+        return io_failure(L, err);
+    lua_pushlightuserdata(L, rl);
+    return lua_yieldk(L, 1, ctx, k);
+}
+
+/* Resumed with its reply: finish turns it into the results (or the I/O
+ * failure's). */
+static int answered(lua_State *L, int (*finish)(lua_State *, reply_box *))
+{
+    reply_box *b;
+    const char *err;
+    if (take_reply(L, &b, &err) == NULL)
+        return io_failure(L, err);
+    return finish(L, b);
+}
+
+static int call_k(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    (void)ctx;
+    return answered(L, push_result);
 }
 
 static int call_run(lua_State *L)
@@ -608,6 +736,9 @@ static int call_run(lua_State *L)
     if (r == NULL)
         return io_failure(L, "redis not configured");
     check_one_slot(L, r, n, argv, lens);
+    sgw_redis_loop *rl = usable_loop(L);
+    if (rl)
+        return yield_for_reply(L, rl, n, argv, lens, 0, call_k);
     reply_box *b = push_box(L);
     const char *err;
     redisReply *rep = command(r, n, argv, lens, &err);
@@ -678,6 +809,41 @@ static int evalsha_args(lua_State *L, int n, const char ***argv, size_t **lens)
     return argc;
 }
 
+/* Builds EVAL src nkeys args... in place of EVALSHA (the server has not
+ * seen the script: new server, SCRIPT FLUSH, another cluster node). */
+static void eval_instead(lua_State *L, const char **argv, size_t *lens)
+{
+    argv[0] = "EVAL";
+    lens[0] = 4;
+    argv[1] = lua_tolstring(L, 1, &lens[1]);
+}
+
+static int is_noscript(const redisReply *rep)
+{
+    return rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "NOSCRIPT", 8) == 0;
+}
+
+/* ctx: the count of arguments << 1, | 1 once the script was sent along. */
+static int eval_k(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    int n = (int)(ctx >> 1);
+    reply_box *b;
+    const char *err;
+    redisReply *rep = take_reply(L, &b, &err);
+    if (rep == NULL)
+        return io_failure(L, err);
+    if (!(ctx & 1) && is_noscript(rep)) {
+        lua_settop(L, n);
+        const char **argv;
+        size_t *lens;
+        int argc = evalsha_args(L, n, &argv, &lens);
+        eval_instead(L, argv, lens);
+        return yield_for_reply(L, worker_loop(L), argc, argv, lens, ctx | 1, eval_k);
+    }
+    return push_result(L, b);
+}
+
 static int eval_cached_run(lua_State *L)
 {
     int n = lua_gettop(L);
@@ -688,92 +854,23 @@ static int eval_cached_run(lua_State *L)
     if (r == NULL)
         return io_failure(L, "redis not configured");
     check_one_slot(L, r, argc, argv, lens);
+    sgw_redis_loop *rl = usable_loop(L);
+    if (rl)
+        return yield_for_reply(L, rl, argc, argv, lens, (lua_KContext)n << 1, eval_k);
     reply_box *b = push_box(L);
     const char *err;
     redisReply *rep = command(r, argc, argv, lens, &err);
     if (rep == NULL)
         return io_failure(L, err);
     box_set(b, rep);
-    if (rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "NOSCRIPT", 8) == 0) {
-        /* This server has not seen the script (new server, SCRIPT FLUSH,
-         * another cluster node): EVAL sends it along and keeps it there. */
-        argv[0] = "EVAL";
-        lens[0] = 4;
-        argv[1] = lua_tolstring(L, 1, &lens[1]);
+    if (is_noscript(rep)) {
+        eval_instead(L, argv, lens);
         rep = command(r, argc, argv, lens, &err);
         if (rep == NULL)
             return io_failure(L, err);
         box_set(b, rep);
     }
     return push_result(L, b);
-}
-
-/* redis.eval_deferred: eval_cached for calls a request makes before it
- * changes anything (the rate limit). On a socket thread the call is sent
- * ahead through redis_pipe.c and the request dropped, to run again once the
- * reply is in; then this finds its reply. Elsewhere, or when the request
- * has been deferred once already, it is eval_cached. */
-static int l_eval_cached_k(lua_State *L, int status, lua_KContext ctx);
-
-static int l_eval_deferred(lua_State *L)
-{
-    sgw_request *req = sgw_current_request;
-    if (req == NULL || (req->deferred == NULL && (req->deferrals || !redis_pipe_running()))) {
-        SGW_MIGRATE_IF_SOCKET(L, l_eval_cached_k);
-        return eval_cached_run(L);
-    }
-    int n = lua_gettop(L);
-    const char **argv;
-    size_t *lens;
-    int argc = evalsha_args(L, n, &argv, &lens);
-    check_one_slot(L, worker_redis(L), argc, argv, lens);
-
-    if (req->deferred) {
-        /* d stays the request's until the answer is on the stack, so that
-         * an error raised on the way (the memory ceiling) cannot leak it. */
-        sgw_deferred *d = req->deferred;
-        if (redis_pipe_matches(d, argc, argv, lens)) {
-            reply_box *b = push_box(L);
-            const char *err = NULL;
-            redisReply *rep = redis_pipe_take(d, &err);
-            if (rep == NULL) {
-                /* err belongs to d: the message is pushed before d goes. */
-                int nres = io_failure(L, err && *err ? err : "redis unavailable");
-                req->deferred = NULL;
-                redis_pipe_free(d);
-                return nres;
-            }
-            box_set(b, rep);
-            req->deferred = NULL;
-            redis_pipe_free(d);
-            if (rep->type == REDIS_REPLY_ERROR && strncmp(rep->str, "NOSCRIPT", 8) == 0) {
-                lua_settop(L, n);    /* the plain call, with its own retry */
-                SGW_MIGRATE_IF_SOCKET(L, l_eval_cached_k);
-                return eval_cached_run(L);
-            }
-            return push_result(L, b);
-        }
-        req->deferred = NULL;
-        /* The request asked for something else this time (its credential
-         * changed in between): make the call itself. */
-        redis_pipe_free(d);
-        lua_settop(L, n);
-        SGW_MIGRATE_IF_SOCKET(L, l_eval_cached_k);
-        return eval_cached_run(L);
-    }
-    if (sgw_defer_if_socket(L)) {
-        size_t srclen;
-        const char *src = lua_tolstring(L, 1, &srclen);
-        sgw_deferred *d = redis_pipe_script(argv[1], src, srclen) == 0 ? redis_pipe_call(argc, argv, lens) : NULL;
-        if (d) {
-            req->deferred = d;
-            req->deferrals++;
-            return lua_yield(L, 0);
-        }
-    }
-    lua_settop(L, n);
-    SGW_MIGRATE_IF_SOCKET(L, l_eval_cached_k);
-    return eval_cached_run(L);
 }
 
 /* redis.key_slot(key): the cluster slot of a key (0..16383; one Redis has
@@ -802,20 +899,11 @@ static int l_invalidations(lua_State *L)
 /* redis.invalidate(): moves this instance's count at once and tells every
  * instance (PUBLISH). Returns true, or nil and a message when Redis could
  * not be told. */
-static int invalidate_run(lua_State *L)
+/* true, or nil, message, "reply" when Redis refused the PUBLISH. */
+static int published(lua_State *L, reply_box *b)
 {
-    invalidations_bump();
-    sgw_redis *r = worker_redis(L);
-    if (r == NULL)
-        return io_failure(L, "redis not configured");
-    const char *argv[3] = {"PUBLISH", invalidations_channel(), "1"};
-    size_t lens[3] = {7, strlen(argv[1]), 1};
-    const char *err;
-    redisReply *rep = command(r, 3, argv, lens, &err);
-    if (rep == NULL)
-        return io_failure(L, err);
-    int ok = rep->type == REDIS_REPLY_INTEGER;
-    freeReplyObject(rep);
+    int ok = b->reply->type == REDIS_REPLY_INTEGER;
+    box_set(b, NULL);
     if (!ok) {
         lua_pushnil(L);
         lua_pushliteral(L, "PUBLISH refused");
@@ -824,6 +912,33 @@ static int invalidate_run(lua_State *L)
     }
     lua_pushboolean(L, 1);
     return 1;
+}
+
+static int invalidate_k(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    (void)ctx;
+    return answered(L, published);
+}
+
+static int invalidate_run(lua_State *L)
+{
+    invalidations_bump();
+    sgw_redis *r = worker_redis(L);
+    if (r == NULL)
+        return io_failure(L, "redis not configured");
+    const char *argv[3] = {"PUBLISH", invalidations_channel(), "1"};
+    size_t lens[3] = {7, strlen(argv[1]), 1};
+    sgw_redis_loop *rl = usable_loop(L);
+    if (rl)
+        return yield_for_reply(L, rl, 3, argv, lens, 0, invalidate_k);
+    reply_box *b = push_box(L);
+    const char *err;
+    redisReply *rep = command(r, 3, argv, lens, &err);
+    if (rep == NULL)
+        return io_failure(L, err);
+    box_set(b, rep);
+    return published(L, b);
 }
 
 /* The bindings that may block: on a socket thread each migrates first
@@ -860,8 +975,8 @@ void lapi_redis_open(lua_State *L, sgw_worker *w)
     lua_pushlightuserdata(L, w);
     lua_pushcclosure(L, l_call, 1);
     lua_setfield(L, -2, "call");
-    /* Both evals share the worker (upvalue 1) and the script -> sha1
-     * cache (2) with its count (3). */
+    /* eval_cached: the worker (upvalue 1), the script -> sha1 cache (2)
+     * and its count (3). */
     lua_newtable(L);
     int cache = lua_gettop(L);
     lua_pushlightuserdata(L, w);
@@ -869,11 +984,6 @@ void lapi_redis_open(lua_State *L, sgw_worker *w)
     lua_pushinteger(L, 0);
     lua_pushcclosure(L, l_eval_cached, 3);
     lua_setfield(L, -3, "eval_cached");
-    lua_pushlightuserdata(L, w);
-    lua_pushvalue(L, cache);
-    lua_pushinteger(L, 0);
-    lua_pushcclosure(L, l_eval_deferred, 3);
-    lua_setfield(L, -3, "eval_deferred");
     lua_pop(L, 1);
     lua_pushcfunction(L, l_invalidations);
     lua_setfield(L, -2, "invalidations");

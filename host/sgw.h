@@ -96,6 +96,7 @@ typedef struct sgw_redis sgw_redis;
 typedef struct sgw_httpc sgw_httpc;
 typedef struct sgw_gen   sgw_gen;
 typedef struct sgw_pgpool sgw_pgpool;
+typedef struct sgw_redis_loop sgw_redis_loop;
 
 typedef struct sgw_worker {
     int         id;
@@ -106,6 +107,7 @@ typedef struct sgw_worker {
     sgw_redis  *redis;       /* owned; NULL when redis.url is empty */
     sgw_httpc  *httpc;       /* owned by job workers; NULL: outbound calls block */
     sgw_pgpool *pgpool;      /* owned by job workers; NULL: db.* block on pg */
+    sgw_redis_loop *redis_loop; /* owned by loops; NULL: redis.* block on redis */
 } sgw_worker;
 
 /* ------------------------------------------------------------------- pg.c
@@ -186,12 +188,11 @@ sgw_redis *redis_open(const char *url);
 int        redis_healthy(sgw_redis *r);            /* 1 when the last command succeeded */
 void       redis_close(sgw_redis *r);
 int        redis_ping(sgw_redis *r);               /* 0 when the server answers */
-/* Global `redis`: redis.call(cmd, ...), redis.eval_cached(src, nkeys, ...),
- * redis.eval_deferred(src, nkeys, ...) */
+/* Global `redis`: redis.call(cmd, ...), redis.eval_cached(src, nkeys, ...) */
 void       lapi_redis_open(lua_State *L, sgw_worker *w);
-/* Sends n commands in one go and reads their n replies into replies[] (error
- * replies included). 0 ok; -1 after an I/O failure (message in *err, every
- * reply NULL). */
+/* Sends n commands in one go to one server (a single Redis or a cluster's
+ * node) and reads their n replies into replies[] (error replies included).
+ * 0 ok; -1 after an I/O failure (message in *err, every reply NULL). */
 struct redisReply;
 int        redis_pipeline(sgw_redis *r, int n, const int *argc, const char *const *const *argv,
                           const size_t *const *lens, struct redisReply **replies, const char **err);
@@ -228,32 +229,36 @@ void       redis_cluster_close(sgw_cluster *c);
 int        redis_cluster_healthy(sgw_cluster *c);
 struct redisReply *redis_cluster_command(sgw_cluster *c, int slot, int argc, const char **argv,
                                          const size_t *lens, const char **err);
-int        redis_cluster_pipeline(sgw_cluster *c, int n, const int *argc,
-                                  const char *const *const *argv, const size_t *const *lens,
-                                  struct redisReply **replies, const char **err);
 struct redisContext *redis_cluster_take_context(sgw_cluster *c, const char **err);
 
-/* ------------------------------------------------------------ redis_pipe.c
- * Redis calls of requests running on socket threads, sent by one thread in
- * pipelined batches. A request whose call is deferred gives its Lua state
- * back and is suspended; with the reply in hand it runs again from the
- * start, and the call finds its reply (redis.eval_deferred). */
-typedef struct sgw_deferred sgw_deferred;
+/* ------------------------------------------------------------ redis_loop.c
+ * A worker loop's own connection: a redis.* call of the coroutine being
+ * resumed (redis_loop_set_current) appends its command, yields
+ * (lightuserdata: the loop's connection) and is resumed by redis_loop_drive
+ * with its reply, which the binding takes (redis_loop_take). */
+sgw_redis_loop *redis_loop_new(const char *url, int max_waiters);   /* NULL: no memory */
+void        redis_loop_free(sgw_redis_loop *rl);
+void        redis_loop_set_current(sgw_redis_loop *rl, lua_State *co);
+int         redis_loop_usable(sgw_redis_loop *rl, lua_State *L);   /* L is current and may yield */
+int         redis_loop_in_flight(sgw_redis_loop *rl);
+/* Appends a command for co; 0, or -1 with the reason in *err (nothing sent). */
+int         redis_loop_send(sgw_redis_loop *rl, lua_State *co, int argc, const char **argv,
+                            const size_t *lens, const char **err);
+/* co's reply (now the caller's), or NULL with the reason in *err (valid
+ * until the loop resumes another coroutine). */
+struct redisReply *redis_loop_take(sgw_redis_loop *rl, lua_State *co, const char **err);
+void        redis_loop_forget(sgw_redis_loop *rl, lua_State *co);   /* co ended */
+struct pollfd;
+int         redis_loop_pollfd(sgw_redis_loop *rl, struct pollfd *pfd);   /* 1 when it has one */
+void        redis_loop_drive(sgw_redis_loop *rl, const struct pollfd *fds, int nfds,
+                             void (*on_ready)(lua_State *co, int nres, void *ud), void *ud);
+/* What redis_loop.c needs of a single server's settings and back-off. */
+struct redisContext *redis_node_connect_nonblock(sgw_redis *r, int *nsetup, const char **err);
+void       redis_node_fail(sgw_redis *r, const char *kind, const char *detail, const char **err);
+void       redis_node_ok(sgw_redis *r);
+int        redis_node_timeout_ms(const sgw_redis *r);
+
 typedef struct sgw_request sgw_request;
-int  redis_pipe_start(void);            /* 0 ok; without redis.url does nothing */
-void redis_pipe_stop(void);             /* after the last deferred request */
-int  redis_pipe_running(void);
-/* Remembers a script's text by its SHA1 (for NOSCRIPT); 0 ok. */
-int  redis_pipe_script(const char sha[41], const char *text, size_t len);
-/* A call of `argc` arguments, copied; NULL when out of memory. */
-sgw_deferred *redis_pipe_call(int argc, const char *const *argv, const size_t *lens);
-/* Queues req->deferred; req is resumed (http_resume) once it has its reply. */
-void redis_pipe_submit(sgw_request *req);
-/* Whether d holds the reply of exactly this call. */
-int  redis_pipe_matches(const sgw_deferred *d, int argc, const char *const *argv, const size_t *lens);
-/* Takes the reply out of d (NULL with *err set after an I/O failure). */
-struct redisReply *redis_pipe_take(sgw_deferred *d, const char **err);
-void redis_pipe_free(sgw_deferred *d);
 
 /* ----------------------------------------------------------------- httpc.c
  * Outbound HTTP over libcurl. Inside a yieldable coroutine of a job worker,
@@ -406,8 +411,6 @@ typedef struct sgw_request {
     void       *response;        /* struct MHD_Response *, ready to queue */
     void       *worker;          /* the worker a migrating request goes on with */
     struct sgw_request *next;    /* worker queue link */
-    sgw_deferred *deferred;      /* a Redis call sent ahead (redis_pipe.c) */
-    int         deferrals;       /* how many times it was deferred (at most once) */
     int         dispatched;      /* counted in flight; query collected */
     /* Its strings (method, path, headers, query, response headers) live
      * here while they fit, so most requests need no malloc for them; last,
@@ -431,8 +434,6 @@ unsigned long long http_inflight_body_bytes(void);  /* held of http.max_inflight
 void http_stop(void);
 /* Called by a worker when req->status/resp_* are filled. */
 void http_complete(sgw_request *req);
-/* Runs a suspended request again from the start (its deferred call done). */
-void http_rerun(sgw_request *req);
 
 /* ----------------------------------------------------------------- proxy.c
  * The client address behind trusted proxies (http.trusted_proxies). */
@@ -442,17 +443,42 @@ int  proxy_trusted(const char *addr);        /* 1 when addr is inside the list *
  * X-Forwarded-For (else Forwarded for=) names another; either may be NULL. */
 void proxy_client_addr(const char *peer, const char *xff, const char *forwarded, char *out, size_t outlen);
 
+/* ------------------------------------------------------------------ loop.c
+ * What a loop thread (request worker or job worker) waits on: transfers,
+ * PostgreSQL connections and its Redis connection. */
+int  loop_open(sgw_worker *w, int max_coroutines);   /* 0 ok; -1: no memory */
+/* database.pool_size's ceiling: httpc_poll watches 64 other sockets, and a
+ * loop also has a wake-up, a LISTEN (jobs) and Redis. */
+#define LOOP_POOL_MAX 61
+/* The coroutine being resumed (NULL between resumptions): only its calls wait
+ * on the loop. */
+void loop_set_current(sgw_worker *w, lua_State *co);
+/* 1 when co yielded (nres values on its stack) to wait on one of w's loop's
+ * waits, which will resume it. */
+int  loop_owns(const sgw_worker *w, lua_State *co, int nres);
+void loop_forget(sgw_worker *w, lua_State *co);     /* co ended */
+/* The sockets to poll after the caller's own (returns how many, at most cap);
+ * loop_ready: a waiter can go on at once (poll without waiting). */
+int  loop_pollfds(sgw_worker *w, struct pollfd *fds, int cap);
+int  loop_ready(sgw_worker *w);
+/* One wait: polls fds (the caller's, then loop_pollfds') and the transfers'
+ * sockets, returns when any has news or timeout_ms passed, having resumed
+ * (on_ready) every coroutine whose answer is in. Transfers' sockets are
+ * polled at most every few milliseconds while statements or Redis calls are
+ * in flight: polling a thousand of them for every answer cost more than the
+ * answers. *transfers_at: when they were last polled (the caller keeps it). */
+void loop_wait(sgw_worker *w, struct pollfd *fds, int n, int timeout_ms, uint64_t *transfers_at,
+               void (*on_ready)(lua_State *co, int nres, void *ud), void *ud);
+
 /* ---------------------------------------------------------------- worker.c
  * A complete request runs first on the socket thread that read it, in the
  * state of an idle worker (workers_run_inline); at its first blocking call it
  * migrates to that worker's own thread. */
 int  workers_start(int n);
-enum { WORKERS_QUEUE, WORKERS_DONE, WORKERS_MIGRATE, WORKERS_DEFER };
+enum { WORKERS_QUEUE, WORKERS_DONE, WORKERS_MIGRATE };
 /* WORKERS_DONE: req's response is filled in. WORKERS_MIGRATE: suspend the
  * connection, then call workers_migrate(req). WORKERS_QUEUE: nothing ran (no
- * idle worker of the current generation): suspend, then workers_enqueue.
- * WORKERS_DEFER: the run was dropped for a Redis call sent ahead: suspend,
- * then redis_pipe_submit(req). */
+ * idle worker of the current generation): suspend, then workers_enqueue. */
 int  workers_run_inline(sgw_request *req);
 void workers_migrate(sgw_request *req);
 void workers_enqueue(sgw_request *req);
@@ -461,15 +487,6 @@ int  workers_queue_depth(void);
 /* Opens connections and the Lua state of a worker; 0 ok. */
 int  worker_init(sgw_worker *w, int id, const char *role, char *err, size_t errlen);
 void worker_destroy(sgw_worker *w);
-/* One wait of a worker's event loop (request or job): fds are the caller's
- * sockets (its wake-up first), then the pool's (pgpool_pollfds); returns
- * when any has news or timeout_ms passed, having resumed (on_ready) every
- * coroutine whose statement or transfer is done. Transfers' sockets are
- * polled at most every few milliseconds while statements are in flight:
- * polling a thousand of them for every database answer cost more than the
- * answers. *transfers_at: when they were last polled (the caller keeps it). */
-void worker_wait_io(sgw_worker *w, struct pollfd *fds, int n, int timeout_ms, uint64_t *transfers_at,
-                    void (*on_ready)(lua_State *co, int nres, void *ud), void *ud);
 /* The request coroutine a socket thread is running; NULL on every other
  * thread and between requests. */
 extern _Thread_local lua_State *sgw_socket_co;
@@ -478,10 +495,6 @@ extern _Thread_local lua_State *sgw_socket_co;
 int  sgw_migrate_if_socket(lua_State *L);
 /* The request being run on this thread, or NULL (jobs, timers). */
 extern _Thread_local sgw_request *sgw_current_request;
-/* Called by a binding that has put a call in sgw_current_request->deferred:
- * 1 when L may yield so that the request is deferred (the binding then
- * returns lua_yield(L, 0)); 0 when it must make the call itself. */
-int  sgw_defer_if_socket(lua_State *L);
 /* First statement of every host binding that may block: on a socket thread
  * it yields so the request migrates to its worker's thread, where k (which
  * runs the binding's body again: its arguments are still on the stack)

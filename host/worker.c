@@ -16,12 +16,12 @@
  * block on I/O.
  *
  * A worker's thread runs an event loop over many request coroutines: a
- * statement or an outbound call sends its work, the coroutine yields, and
- * the loop resumes it when the answer is in (pgpool.c, httpc.c), so one
+ * statement, a Redis call or an outbound call sends its work, the coroutine
+ * yields, and the loop resumes it when the answer is in (loop.c), so one
  * worker keeps up to http.requests_per_worker requests waiting at once.
  * Requests that find no idle worker wait in a queue, which every worker's
- * loop takes from while it has room. (Redis calls and password hashing
- * still block the loop for their few milliseconds.)
+ * loop takes from while it has room. (Password hashing still blocks the
+ * loop for its few milliseconds.)
  *
  * A worker switches to a new generation of handlers (hot reload) only when
  * none of its coroutines runs, and only on its own thread: building a state
@@ -42,8 +42,8 @@
 
 /* Longest wait of a busy loop (a pool wait's deadline is checked then). */
 #define BUSY_POLL_MS 50
-/* database.pool_size's ceiling (httpc_poll's extra sockets, less the wake-up). */
-#define POOL_MAX     62
+/* database.pool_size's ceiling (httpc_poll's extra sockets, less the
+ * wake-up and Redis). */
 
 /* Who holds a worker; changes only under qlock. */
 typedef enum {
@@ -69,7 +69,7 @@ typedef struct http_worker {
     struct http_worker *next_idle;
     running_req        *running;    /* [capacity] */
     atomic_int          nrunning;   /* read by workers_enqueue to pick a loop */
-    uint64_t            transfers_at; /* worker_wait_io's */
+    uint64_t            transfers_at; /* loop_wait's */
 } http_worker;
 
 static pthread_mutex_t qlock = PTHREAD_MUTEX_INITIALIZER;
@@ -90,8 +90,6 @@ _Thread_local lua_State *sgw_socket_co;
 /* Set by the binding that yields to migrate; distinguishes that yield from
  * a handler yielding at its top level. */
 static _Thread_local int migrate_asked;
-/* Set by the binding that yields to defer the request (redis_pipe.c). */
-static _Thread_local int defer_asked;
 _Thread_local sgw_request *sgw_current_request;
 
 /* Registry keys (by address) of a state's request coroutine and of
@@ -109,14 +107,6 @@ int sgw_migrate_if_socket(lua_State *L) {
     /* Inside require, a sort comparator, a gsub callback or a handler's own
      * coroutine: the socket thread waits. Rare, and counted so it shows. */
     metrics_count("sgw_inline_blocking_total", NULL, 1);
-    return 0;
-}
-
-int sgw_defer_if_socket(lua_State *L) {
-    if (L == sgw_socket_co && lua_isyieldable(L)) {
-        defer_asked = 1;
-        return 1;
-    }
     return 0;
 }
 
@@ -142,23 +132,8 @@ void worker_destroy(sgw_worker *w) {
     if (w->redis) redis_close(w->redis);
     if (w->httpc) httpc_free(w->httpc);
     if (w->pgpool) pgpool_free(w->pgpool);
+    redis_loop_free(w->redis_loop);
     memset(w, 0, sizeof *w);
-}
-
-#define TRANSFERS_EVERY_MS 5
-
-void worker_wait_io(sgw_worker *w, struct pollfd *fds, int n, int timeout_ms, uint64_t *transfers_at,
-                    void (*on_ready)(lua_State *co, int nres, void *ud), void *ud) {
-    uint64_t now = clock_mono_ms();
-    if (!pgpool_in_flight(w->pgpool) || httpc_active(w->httpc) == 0 || now - *transfers_at >= TRANSFERS_EVERY_MS) {
-        *transfers_at = now;
-        httpc_poll(w->httpc, timeout_ms, fds, n, on_ready, ud);
-    } else {
-        int left = (int)(TRANSFERS_EVERY_MS - (now - *transfers_at));
-        if (poll(fds, (nfds_t)n, timeout_ms < left ? timeout_ms : left) < 0 && errno != EINTR)
-            for (int i = 0; i < n; i++) fds[i].revents = 0;
-    }
-    pgpool_drive(w->pgpool, fds, n, on_ready, ud);
 }
 
 /* ------------------------------------------------------------ responses */
@@ -273,12 +248,6 @@ static void push_request(lua_State *L, sgw_request *req) {
     if (req->early_status) {
         lua_pushinteger(L, req->early_status);
         lua_setfield(L, -2, "early_status");
-    }
-    if (req->deferrals) {
-        /* Runs again after a deferred call: what the first run did, such
-         * as a log line, is not done twice. */
-        lua_pushboolean(L, 1);
-        lua_setfield(L, -2, "rerun");
     }
     if (req->match.allow[0]) {
         lua_pushstring(L, req->match.allow);
@@ -430,33 +399,18 @@ static lua_State *request_co(lua_State *L) {
  * migrates instead. */
 static int resume(sgw_worker *w, sgw_request *req, lua_State *co, int nargs, int *nres, int on_socket) {
     migrate_asked = 0;
-    defer_asked = 0;
     if (on_socket) sgw_socket_co = co;
     sgw_current_request = req;
-    if (!on_socket) {
-        httpc_set_current(w->httpc, co);
-        pgpool_set_current(w->pgpool, co);
-    }
+    if (!on_socket) loop_set_current(w, co);
     budget_enter(co);
     int rc = lua_resume(co, w->L, nargs, nres);
     budget_leave();
-    httpc_set_current(w->httpc, NULL);
-    pgpool_set_current(w->pgpool, NULL);
+    if (!on_socket) loop_set_current(w, NULL);
     sgw_socket_co = NULL;
     sgw_current_request = NULL;
     return rc;
 }
 
-/* Drops the run of a deferred request: its coroutine, left in the binding
- * that yielded, is reset for the next request. */
-static void abandon(lua_State *co) {
-#if LUA_VERSION_RELEASE_NUM >= 50406
-    lua_closethread(co, NULL);
-#else
-    lua_resetthread(co);
-#endif
-    lua_settop(co, 0);
-}
 
 static void log_handler_error(const sgw_request *req, const char *msg) {
     char line[8192];
@@ -546,7 +500,7 @@ static void conclude(http_worker *hw, sgw_request *req, lua_State *co, int rc, i
         internal_error(req, 500, "internal_error", "Internal error");
         hw->reset = 1;
     } else {
-        pgpool_forget(w->pgpool, co);
+        loop_forget(w, co);
         if (finish(w, req, co, rc, nres)) hw->reset = 1;
     }
     if (w->pg) pg_reset_session(w->pg);
@@ -577,17 +531,6 @@ static http_worker *pop_idle(void) {
     return hw;
 }
 
-/* Takes hw off the idle stack, wherever it is; 0 when it is not there. */
-static int take_idle(http_worker *hw) {
-    for (http_worker **p = &idle_top; *p; p = &(*p)->next_idle) {
-        if (*p == hw) {
-            *p = hw->next_idle;
-            return 1;
-        }
-    }
-    return 0;
-}
-
 static void push_idle(http_worker *hw) {
     hw->holder = W_IDLE;
     hw->next_idle = idle_top;
@@ -603,28 +546,14 @@ static void give_back(http_worker *hw) {
     pthread_mutex_unlock(&qlock);
 }
 
-/* The worker this socket thread borrowed last. A socket thread borrows the
- * same one while it is idle: the requests of a connection, and the second
- * run of a deferred request, then find what the first left in that state
- * (the rate limiter's blocks and the calls it is waiting for). */
-static _Thread_local http_worker *usual_worker;
-
 int workers_run_inline(sgw_request *req) {
     uint64_t gen = luart_generation_id();
     pthread_mutex_lock(&qlock);
     http_worker *hw = NULL;
-    if (!stopping && idle_top) {
-        if (usual_worker && usual_worker->holder == W_IDLE && is_current(usual_worker, gen) && take_idle(usual_worker))
-            hw = usual_worker;
-        /* A stale worker at the top stays there: workers_enqueue hands it
-         * the request and it refreshes its state on its own thread. */
-        else if (is_current(idle_top, gen))
-            hw = pop_idle();
-    }
-    if (hw) {
-        hw->holder = W_LENT;
-        usual_worker = hw;
-    }
+    /* A stale worker at the top stays there: workers_enqueue hands it the
+     * request and it refreshes its state on its own thread. */
+    if (!stopping && idle_top && is_current(idle_top, gen)) hw = pop_idle();
+    if (hw) hw->holder = W_LENT;
     pthread_mutex_unlock(&qlock);
     if (!hw) return WORKERS_QUEUE;
 
@@ -635,13 +564,6 @@ int workers_run_inline(sgw_request *req) {
     if (rc == LUA_YIELD && migrate_asked) {
         req->worker = hw;
         return WORKERS_MIGRATE;
-    }
-    if (rc == LUA_YIELD && defer_asked) {
-        abandon(co);
-        if (w->pg) pg_reset_session(w->pg);
-        give_back(hw);
-        metrics_count("sgw_requests_deferred_total", NULL, 1);
-        return WORKERS_DEFER;
     }
     if (!co) {
         log_msg(LOG_ERROR, "worker_state", "worker %d: no memory left for a request coroutine", w->id);
@@ -727,13 +649,9 @@ static void step(http_worker *hw, int i, int nargs) {
     int nres = 0;
     int rc = resume(&hw->w, rr->req, rr->co, nargs, &nres, 0);
     if (rc == LUA_YIELD) {
-        lua_State *co = rr->co;
-        void *marker = nres == 1 && lua_islightuserdata(co, -1) ? lua_touserdata(co, -1) : NULL;
-        if (marker && (marker == (void *)hw->w.httpc || marker == (void *)hw->w.pgpool)) {
-            lua_pop(co, nres);
-            return;
-        }
-        lua_pop(co, nres);           /* a stray yield: finish() answers 500 */
+        int waits = loop_owns(&hw->w, rr->co, nres);
+        lua_pop(rr->co, nres);       /* else a stray yield: finish() answers 500 */
+        if (waits) return;
     }
     end_running(hw, i, rc, nres);
 }
@@ -818,9 +736,9 @@ static void run_queued(http_worker *hw, sgw_request *req) {
     lua_settop(rr->co, 0);
     int rc = start(w, req, rr->co, &nres, 0);
     if (rc == LUA_YIELD) {
-        void *marker = nres == 1 && lua_islightuserdata(rr->co, -1) ? lua_touserdata(rr->co, -1) : NULL;
+        int waits = loop_owns(w, rr->co, nres);
         lua_pop(rr->co, nres);
-        if (marker && (marker == (void *)w->httpc || marker == (void *)w->pgpool)) return;
+        if (waits) return;
     }
     end_running(hw, i, rc, nres);
 }
@@ -840,14 +758,14 @@ static void prepare(http_worker *hw) {
 
 /* Waits for the loop's next event: an answer, a transfer, or a wake-up. */
 static void wait_events(http_worker *hw) {
-    struct pollfd fds[POOL_MAX + 1];
+    struct pollfd fds[LOOP_POOL_MAX + 2];
     int n = 0;
     fds[n++] = (struct pollfd){ .fd = hw->efd, .events = POLLIN };
     int timeout = -1;
     if (atomic_load(&hw->nrunning) > 0) {
-        n += pgpool_pollfds(hw->w.pgpool, fds + n, POOL_MAX);
-        timeout = pgpool_ready(hw->w.pgpool) ? 0 : BUSY_POLL_MS;
-        worker_wait_io(&hw->w, fds, n, timeout, &hw->transfers_at, on_ready, hw);
+        n += loop_pollfds(&hw->w, fds + n, LOOP_POOL_MAX + 1);
+        timeout = loop_ready(&hw->w) ? 0 : BUSY_POLL_MS;
+        loop_wait(&hw->w, fds, n, timeout, &hw->transfers_at, on_ready, hw);
     } else if (poll(fds, 1, -1) < 0 && errno != EINTR) {
         log_msg(LOG_ERROR, "worker_wait", "worker %d: poll failed: %s", hw->w.id, strerror(errno));
     }
@@ -860,7 +778,12 @@ static void *worker_main(void *arg) {
     http_worker *hw = arg;
     for (;;) {
         int nrun = atomic_load(&hw->nrunning);
-        if (nrun == 0 && hw->holder == W_OWN) prepare(hw);
+        /* A migrated request waits in the state it started in: that state
+         * stays until it has ended. */
+        pthread_mutex_lock(&qlock);
+        int mailed = hw->mail != NULL;
+        pthread_mutex_unlock(&qlock);
+        if (nrun == 0 && hw->holder == W_OWN && !mailed) prepare(hw);
         sgw_request *mail = NULL, *batch = NULL, **tail = &batch;
         int leave = 0, mine;
         pthread_mutex_lock(&qlock);
@@ -919,11 +842,7 @@ static int start_one(http_worker *hw, int id) {
     hw->holder = W_OWN;
     hw->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     hw->running = calloc((size_t)capacity, sizeof *hw->running);
-    hw->w.httpc = httpc_new(capacity);
-    if (*config_str("database.url"))
-        hw->w.pgpool = pgpool_new(config_str("database.url"), (int)config_int("database.pool_size"), capacity,
-                                  (uint64_t)(config_int("database.pool_wait_ms") > 0 ? config_int("database.pool_wait_ms") : 0));
-    if (hw->efd < 0 || !hw->running || !hw->w.httpc || (*config_str("database.url") && !hw->w.pgpool)) {
+    if (hw->efd < 0 || !hw->running || loop_open(&hw->w, capacity)) {
         log_msg(LOG_ERROR, "worker_init", "worker %d: cannot allocate its resources", id);
         goto fail;
     }
@@ -950,9 +869,9 @@ int workers_start(int n) {
     budget_ms = config_num("lua.handler_budget_ms");
     capacity = (int)config_int("http.requests_per_worker");
     long long pool = config_int("database.pool_size");
-    if (capacity < 1 || pool < 1 || pool > POOL_MAX) {
+    if (capacity < 1 || pool < 1 || pool > LOOP_POOL_MAX) {
         log_msg(LOG_ERROR, "workers_start", "http.requests_per_worker must be at least 1 and database.pool_size "
-                "1 to %d (they are %d and %lld)", POOL_MAX, capacity, pool);
+                "1 to %d (they are %d and %lld)", LOOP_POOL_MAX, capacity, pool);
         return -1;
     }
     stopping = 0;

@@ -53,8 +53,7 @@ function M.identify(req, use_cache)
   if credential == false then return nil, why end
   local ident, reason, cached = credentials.lookup(credential, use_cache)
   if not ident then
-    -- Once per request, also when it ran again after its rate-limit call.
-    if not req.rerun then log.info("auth_refused", { requestId = req.id, reason = reason }) end
+    log.info("auth_refused", { requestId = req.id, reason = reason })
     return nil, M.REFUSAL
   end
   return ident, nil, cached

@@ -102,7 +102,7 @@ local function identify_and_limit(req, route)
   else
     key, limit = "addr:" .. (req.remote_addr or "?"), config.get("api.rate_limit.anonymous_per_minute")
   end
-  local rl = ratelimit.check(key, limit, credentials.EPOCH_NAME, req.id)
+  local rl = ratelimit.check(key, limit, credentials.EPOCH_NAME)
   if credentials.observe_epoch(rl.epoch) and cached then
     -- Credentials changed somewhere (rotation, revocation) since this worker
     -- cached them, or Redis cannot say: ask PostgreSQL.

@@ -138,12 +138,6 @@ local blocks, block_count = {}, 0
 local MAX_BLOCKS = 10000   -- keys this worker holds blocks for; then it starts over
 local RENEWAL_STALE_MS = 100 -- a renewal whose request never came back
 
--- The calls of requests whose call was deferred, by request id: when the
--- request runs again it makes the very same call, which finds its reply (and
--- every reply is taken, so Redis charged nothing that is not accounted for).
-local asked, asked_count = {}, 0
-local MAX_ASKED = 10000
-
 -- How many requests the next call asks for.
 local function next_size(b, max_block)
   if not b or b.size == 0 then return 1 end
@@ -175,16 +169,14 @@ end
 
 -- Counts one request against `key` (e.g. "client:cli_1", "addr:10.0.0.1")
 -- and reads the epoch named `epoch_name` (may be nil) of the key's tag in the
--- same round trip. `who` names the request (its id), so that a request that
--- runs again after its deferred call makes the same call again.
-function M.check(key, limit, epoch_name, who)
+-- same round trip.
+function M.check(key, limit, epoch_name)
   local max_block = limit // BLOCK_SHARE
   local changes = max_block >= 2 and redis.invalidations and redis.invalidations() or nil
   local now = clock.mono_ms()
   local b = blocks[key]
-  local call = asked[who]
   local renewal = b and b.renewal
-  if changes and b and not call and b.changes == changes and b.limit == limit then
+  if changes and b and b.changes == changes and b.limit == limit then
     local left = b.left - 1
     if left >= 0 and now < b.expires then
       b.left = left
@@ -201,46 +193,33 @@ function M.check(key, limit, epoch_name, who)
     end
   end
 
-  -- A request that runs again after its deferred call makes the same call,
-  -- which finds its reply.
-  if not call then
-    if renewal and now - renewal.since < RENEWAL_STALE_MS then
-      call = { want = 1, give = 0 } -- beside a renewal on its way: this request alone
-    else
-      -- What the block did not spend goes back to the bucket, once: the
-      -- block is emptied now, whether or not this request comes back.
-      call = { want = changes and next_size(b, max_block) or 1, give = (b and b.limit == limit) and b.left or 0 }
-      if changes then
-        b = b or { left = 0, size = 0, limit = limit, expires = 0, changes = changes, remaining = 0 }
-        b.left = 0
-        call.renewal = { want = call.want, give = call.give, credit = 0, since = now }
-        b.renewal = call.renewal
-        keep(key, b)
-      elseif b then
-        forget(key)
-      end
+  local want, give, renewing = 1, 0, nil
+  if not (renewal and now - renewal.since < RENEWAL_STALE_MS) then
+    -- What the block did not spend goes back to the bucket, once: the block
+    -- is emptied now, whatever becomes of this call. (Beside a renewal on
+    -- its way, this request asks for itself alone.)
+    want, give = changes and next_size(b, max_block) or 1, (b and b.limit == limit) and b.left or 0
+    if changes then
+      b = b or { left = 0, size = 0, limit = limit, expires = 0, changes = changes, remaining = 0 }
+      b.left = 0
+      renewing = { want = want, give = give, credit = 0, since = now }
+      b.renewal = renewing
+      keep(key, b)
+    elseif b then
+      forget(key)
     end
   end
-  local want, give, renewing = call.want, call.give, call.renewal
-  -- Should the call be deferred, this run ends in it; the next finds it here.
-  if who and not asked[who] then
-    if asked_count >= MAX_ASKED then asked, asked_count = {}, 0 end
-    asked[who], asked_count = call, asked_count + 1
-  end
 
+  -- The call waits without holding the worker: the host resumes this
+  -- request when the reply is in.
   local prefix = tag(key)
   local state_key = prefix .. key
-  -- Deferred where the host can: the request gives its worker back while
-  -- the call travels with others in one pipelined batch, then runs again
-  -- from the start and finds its renewal (or asks for one request again).
-  local eval = redis.eval_deferred or redis.eval_cached
   local reply, err, class
   if epoch_name then
-    reply, err, class = eval(M.script, 2, state_key, prefix .. epoch_name, limit, want, give)
+    reply, err, class = redis.eval_cached(M.script, 2, state_key, prefix .. epoch_name, limit, want, give)
   else
-    reply, err, class = eval(M.script, 1, state_key, limit, want, give)
+    reply, err, class = redis.eval_cached(M.script, 1, state_key, limit, want, give)
   end
-  if who and asked[who] == call then asked[who], asked_count = nil, asked_count - 1 end
   if type(reply) ~= "table" or type(reply[5]) ~= "number" then
     if renewing then forget(key) end
     return fail_open(limit, err or "unexpected reply", class or "reply")

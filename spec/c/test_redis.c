@@ -8,6 +8,7 @@
  */
 #include "sgw.h"
 #include "check.h"
+#include "redis_fixture.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -102,20 +103,12 @@ static void test_dead_port(void)
  * handshake), but no reply ever comes, so only the time-out ends a call. */
 static void test_silent_server(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {0};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t alen = sizeof a;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 4) != 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &alen) != 0) {
+    char url[64];
+    int fd = redis_fixture_silent(url, sizeof url);
+    if (fd < 0) {
         check(0, "silent server: listener", NULL);
-        if (fd >= 0)
-            close(fd);
         return;
     }
-    char url[64];
-    snprintf(url, sizeof url, "redis://127.0.0.1:%d", ntohs(a.sin_port));
     sgw_worker w = {0};
     w.redis = redis_open(url);
     lua_State *L = new_state(&w);
@@ -302,20 +295,8 @@ static void test_live(const char *url)
 
 int main(void)
 {
-    char err[512];
-    if (config_load_file("config/sgw.conf", 1, err, sizeof err) != 0) {
-        printf("config: %s\n", err);
+    if (redis_fixture_config() != 0)
         return 1;
-    }
-    /* short enough to wait out in a test */
-    if (config_set("redis.retry_interval_ms", "300", err, sizeof err) != 0) {
-        printf("config: %s\n", err);
-        return 1;
-    }
-    log_set_level(LOG_ERROR);        /* the failures below are expected */
-    /* as in main.c: a write to a connection the server closed must fail
-     * with EPIPE, not kill the process */
-    signal(SIGPIPE, SIG_IGN);
 
     test_dead_port();
     test_silent_server();

@@ -252,59 +252,39 @@ describe("ratelimit", function()
       assert.equal(40, #evals)
     end)
 
-    -- The host's deferred calls: a request's first run stops at the call
-    -- (which goes to Redis later, with others), then runs again from the
-    -- start and gets the reply of the very call it made.
+    -- The host's waits: a request's call yields until Redis answers, and
+    -- other requests run meanwhile.
     describe("renewed while requests keep arriving", function()
-      local DEFERRED = {}
-      local queued, replies, sent, current_who
-
-      local function same_args(a, b)
-        if #a ~= #b then return false end
-        for i = 1, #a do if tostring(a[i]) ~= tostring(b[i]) then return false end end
-        return true
-      end
+      local waiting, sent
 
       before_each(function()
-        queued, replies, sent = {}, {}, 0
-        _G.redis.eval_deferred = function(script, nkeys, ...)
-          local who = current_who
-          local args = { nkeys, ... }
-          local done = replies[who]
-          if done then
-            replies[who] = nil
-            if same_args(done.args, args) then return table.unpack(done.reply) end
-          end
-          if done == nil and who and not queued[who] then
-            queued[who] = { script = script, args = args }
-            error(DEFERRED)
-          end
+        waiting, sent = {}, 0
+        _G.redis.eval_cached = function(script, nkeys, ...)
           sent = sent + 1
-          return eval(script, nkeys, ...) -- asked for something else: a call of its own
+          return coroutine.yield({ script = script, args = { nkeys, ... } })
         end
       end)
 
-      -- The first run of request `who`: true when it stopped at a deferred call.
-      local function first_run(who, limit)
-        current_who = who
-        local ok, r = pcall(ratelimit.check, "client:busy", limit, nil, who)
-        if not ok then
-          assert.equal(DEFERRED, r)
+      -- Starts request `who`: true when it waits for its call's reply (the
+      -- call is on its way), else false and its answer.
+      local function start(who, limit)
+        local co = coroutine.create(function() return ratelimit.check("client:busy", limit) end)
+        local ok, r = coroutine.resume(co)
+        assert(ok, r)
+        if coroutine.status(co) == "suspended" then
+          waiting[who] = { co = co, call = r }
           return true
         end
         return false, r
       end
 
-      local function deliver(who)
-        local q = assert(queued[who], "no call queued for " .. who)
-        queued[who] = nil
-        sent = sent + 1
-        replies[who] = { args = q.args, reply = { eval(q.script, table.unpack(q.args)) } }
-      end
-
-      local function rerun(who, limit)
-        current_who = who
-        return ratelimit.check("client:busy", limit, nil, who)
+      -- Redis answers who's call: the request goes on; returns its answer.
+      local function answer(who)
+        local w = assert(waiting[who], "no call on its way for " .. who)
+        waiting[who] = nil
+        local ok, r = coroutine.resume(w.co, eval(w.call.script, table.unpack(w.call.args)))
+        assert(ok, r)
+        return r
       end
 
       local function spent_in_redis(limit)
@@ -312,24 +292,17 @@ describe("ratelimit", function()
         return limit - (60000000 - (tat - now_us)) // (60000000 // limit)
       end
 
-      after_each(function() current_who = nil end)
-
       it("lends from the renewal on its way: one call to Redis, not one per request", function()
         local limit = 100000 -- one request every 600 us, blocks of up to 100
-        assert.is_true(first_run("r1", limit))
-        deliver("r1")
-        assert.is_true(rerun("r1", limit).allowed) -- a block of 1, spent
-        assert.is_true(first_run("r2", limit))     -- asks for 2
-        for i = 1, 1 do
-          local deferred, r = first_run("lend" .. i, limit)
-          assert.is_false(deferred, "lent from the renewal on its way")
-          assert.is_true(r.allowed)
-        end
-        assert.is_true(first_run("beside", limit), "the credit is spent: this one asks alone")
-        deliver("r2")
-        deliver("beside")
-        assert.is_true(rerun("r2", limit).allowed)
-        assert.is_true(rerun("beside", limit).allowed)
+        assert.is_true(start("r1", limit))
+        assert.is_true(answer("r1").allowed) -- a block of 1, spent
+        assert.is_true(start("r2", limit))   -- asks for 2
+        local waits, r = start("lend", limit)
+        assert.is_false(waits, "lent from the renewal on its way")
+        assert.is_true(r.allowed)
+        assert.is_true(start("beside", limit), "the credit is spent: this one asks alone")
+        assert.is_true(answer("r2").allowed)
+        assert.is_true(answer("beside").allowed)
         assert.equal(3, sent)
         -- Charged exactly: 4 requests sent, the renewal's 2 both spent.
         assert.equal(4, spent_in_redis(limit))
@@ -340,39 +313,36 @@ describe("ratelimit", function()
         local total = 0
         local function send(who)
           total = total + 1
-          if first_run(who, limit) then deliver(who); return rerun(who, limit) end
+          if start(who, limit) then return answer(who) end
         end
         -- Blocks of 1, 2, 4, 8, 16 run out in time; 5 of the next block of 32.
         for i = 1, 36 do send("grow" .. i) end
         mono = mono + 51 -- that block expires with 27 requests left in it
-        assert.is_true(first_run("renew", limit))
+        assert.is_true(start("renew", limit))
         total = total + 1
-        assert.same({ 5, 27 }, { queued.renew.args[4], queued.renew.args[5] }) -- want what was used, give the rest
+        assert.same({ 5, 27 }, { waiting.renew.call.args[4], waiting.renew.call.args[5] }) -- want what was used, give the rest
         for i = 1, 4 do
-          assert.is_false((first_run("meanwhile" .. i, limit)), "lent from the renewal")
+          assert.is_false((start("meanwhile" .. i, limit)), "lent from the renewal")
           total = total + 1
         end
-        deliver("renew")
-        assert.is_true(rerun("renew", limit).allowed)
+        assert.is_true(answer("renew").allowed)
         -- Once more, so that everything this worker held goes back.
         mono = mono + 51
-        assert.is_true(first_run("final", limit))
+        assert.is_true(start("final", limit))
         total = total + 1
-        local final_want = queued.final.args[4]
-        deliver("final")
-        assert.is_true(rerun("final", limit).allowed)
+        local final_want = waiting.final.call.args[4]
+        assert.is_true(answer("final").allowed)
         -- Redis holds what was sent plus the final block's unspent part:
         -- nothing given back twice, nothing lost.
         assert.equal(total + final_want - 1, spent_in_redis(limit))
       end)
 
-      it("forgets a renewal whose request never came back", function()
+      it("forgets a renewal whose reply never came", function()
         local limit = 100000
-        assert.is_true(first_run("lost", limit)) -- its client went away: never runs again
+        assert.is_true(start("lost", limit)) -- Redis never answers it
         mono = mono + 101
-        assert.is_true(first_run("next", limit), "a new renewal, not credit from the lost one")
-        deliver("next")
-        assert.is_true(rerun("next", limit).allowed)
+        assert.is_true(start("next", limit), "a new renewal, not credit from the lost one")
+        assert.is_true(answer("next").allowed)
       end)
     end)
 

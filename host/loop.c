@@ -1,0 +1,79 @@
+/*
+ * loop.c — what a loop thread (a request worker's or a job worker's) waits
+ * on: its outbound transfers (httpc.c), its PostgreSQL connections
+ * (pgpool.c) and its Redis connection (redis_loop.c).
+ *
+ * A binding of the coroutine being resumed sends its work, yields a
+ * lightuserdata naming what it waits on, and the loop resumes it through
+ * on_ready once the answer is in. worker.c and jobs.c decide what runs;
+ * this file is the one place that knows the kinds of wait.
+ */
+#include "sgw.h"
+
+#include <errno.h>
+#include <poll.h>
+
+/* Transfers' sockets are polled at most this often while statements or
+ * Redis calls are in flight: a loop woken for every database answer would
+ * otherwise walk every transfer's socket each time. */
+#define TRANSFERS_EVERY_MS 5
+
+int loop_open(sgw_worker *w, int max_coroutines) {
+    w->httpc = httpc_new(max_coroutines);
+    if (!w->httpc) return -1;
+    const char *db = config_str("database.url");
+    if (*db) {
+        long long wait_ms = config_int("database.pool_wait_ms");
+        w->pgpool = pgpool_new(db, (int)config_int("database.pool_size"), max_coroutines,
+                               (uint64_t)(wait_ms > 0 ? wait_ms : 0));
+        if (!w->pgpool) return -1;
+    }
+    /* On a cluster, redis.* calls block (redis_cluster.c routes them). */
+    const char *url = config_str("redis.url");
+    if (*url && !*config_str("redis.cluster_urls")) {
+        w->redis_loop = redis_loop_new(url, max_coroutines);
+        if (!w->redis_loop) return -1;
+    }
+    return 0;
+}
+
+void loop_set_current(sgw_worker *w, lua_State *co) {
+    httpc_set_current(w->httpc, co);
+    pgpool_set_current(w->pgpool, co);
+    redis_loop_set_current(w->redis_loop, co);
+}
+
+int loop_owns(const sgw_worker *w, lua_State *co, int nres) {
+    void *marker = nres == 1 && lua_islightuserdata(co, -1) ? lua_touserdata(co, -1) : NULL;
+    return marker && (marker == (void *)w->httpc || marker == (void *)w->pgpool || marker == (void *)w->redis_loop);
+}
+
+void loop_forget(sgw_worker *w, lua_State *co) {
+    pgpool_forget(w->pgpool, co);
+    redis_loop_forget(w->redis_loop, co);
+}
+
+int loop_pollfds(sgw_worker *w, struct pollfd *fds, int cap) {
+    int n = pgpool_pollfds(w->pgpool, fds, cap - 1);
+    return n + redis_loop_pollfd(w->redis_loop, fds + n);
+}
+
+int loop_ready(sgw_worker *w) {
+    return pgpool_ready(w->pgpool);
+}
+
+void loop_wait(sgw_worker *w, struct pollfd *fds, int n, int timeout_ms, uint64_t *transfers_at,
+               void (*on_ready)(lua_State *co, int nres, void *ud), void *ud) {
+    uint64_t now = clock_mono_ms();
+    int others = pgpool_in_flight(w->pgpool) || redis_loop_in_flight(w->redis_loop);
+    if (!others || httpc_active(w->httpc) == 0 || now - *transfers_at >= TRANSFERS_EVERY_MS) {
+        *transfers_at = now;
+        httpc_poll(w->httpc, timeout_ms, fds, n, on_ready, ud);
+    } else {
+        int left = (int)(TRANSFERS_EVERY_MS - (now - *transfers_at));
+        if (poll(fds, (nfds_t)n, timeout_ms < left ? timeout_ms : left) < 0 && errno != EINTR)
+            for (int i = 0; i < n; i++) fds[i].revents = 0;
+    }
+    pgpool_drive(w->pgpool, fds, n, on_ready, ud);
+    redis_loop_drive(w->redis_loop, fds, n, on_ready, ud);
+}

@@ -1,0 +1,238 @@
+/*
+ * test_redis_loop.c — redis.* calls of coroutines that wait on a loop's
+ * connection (redis_loop.c, driven through loop.c as the workers drive it):
+ * many calls in flight at once on one connection, each coroutine getting its
+ * own reply; error replies; the NOSCRIPT path; SELECT queued ahead of the
+ * first command; a connection killed while calls wait; a server that never
+ * answers (time-out) and a dead port. The live part needs a real server
+ * (SGW_TEST_REDIS_URL); the failure paths run always.
+ */
+#include "sgw.h"
+#include "check.h"
+#include "redis_fixture.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define NCO 64
+
+typedef struct runner {
+    sgw_worker *w;
+    lua_State  *co[NCO];
+    int         ref[NCO];
+    int         n, done;
+} runner;
+
+static int l_check(lua_State *L) {
+    check(lua_toboolean(L, 1), luaL_optstring(L, 2, "(no label)"), luaL_optstring(L, 3, NULL));
+    return 0;
+}
+
+static void resume_co(runner *r, lua_State *co) {
+    int i = 0;
+    while (i < r->n && r->co[i] != co) i++;
+    if (i == r->n) return;
+    loop_set_current(r->w, co);
+    int nres = 0;
+    int st = lua_resume(co, r->w->L, 0, &nres);
+    loop_set_current(r->w, NULL);
+    if (st == LUA_YIELD) {
+        int ours = loop_owns(r->w, co, nres);
+        lua_pop(co, nres);
+        if (ours) return;
+        check(0, "a coroutine yielded something other than a wait of the loop", NULL);
+    } else if (st != LUA_OK) {
+        check(0, "a coroutine raised", lua_tostring(co, -1));
+    }
+    loop_forget(r->w, co);
+    luaL_unref(r->w->L, LUA_REGISTRYINDEX, r->ref[i]);
+    r->co[i] = NULL;
+    r->done++;
+}
+
+static void on_ready(lua_State *co, int nres, void *ud) {
+    (void)nres;
+    resume_co(ud, co);
+}
+
+/* Runs chunk `n` times as coroutines (global I is the coroutine's number,
+ * 1..n) until all have ended or 10 s passed. */
+static void run_many(sgw_worker *w, const char *what, const char *chunk, int n) {
+    runner r = { .w = w, .n = n };
+    for (int i = 0; i < n; i++) {
+        lua_State *co = lua_newthread(w->L);
+        r.ref[i] = luaL_ref(w->L, LUA_REGISTRYINDEX);
+        r.co[i] = co;
+        char src[4096];
+        snprintf(src, sizeof src, "local I = %d\n%s", i + 1, chunk);
+        if (luaL_loadstring(co, src)) {
+            check(0, what, lua_tostring(co, -1));
+            return;
+        }
+    }
+    for (int i = 0; i < n; i++) resume_co(&r, r.co[i]);
+    uint64_t deadline = clock_mono_ms() + 10000, transfers_at = 0;
+    while (r.done < n && clock_mono_ms() < deadline) {
+        struct pollfd fds[4];
+        int nf = loop_pollfds(w, fds, 4);
+        loop_wait(w, fds, nf, 50, &transfers_at, on_ready, &r);
+    }
+    check(r.done == n, what, "every coroutine ended");
+}
+
+static void open_worker(sgw_worker *w, const char *url) {
+    memset(w, 0, sizeof *w);
+    w->redis = redis_open(url);
+    w->redis_loop = redis_loop_new(url, NCO);
+    w->L = luaL_newstate();
+    luaL_openlibs(w->L);
+    lua_register(w->L, "check", l_check);
+    lapi_redis_open(w->L, w);
+    char setup[96];
+    snprintf(setup, sizeof setup, "K = 'sgw_loop_test:%ld:'; started, ended = 0, 0", (long)getpid());
+    (void)luaL_dostring(w->L, setup);
+}
+
+static void close_worker(sgw_worker *w) {
+    lua_close(w->L);
+    redis_loop_free(w->redis_loop);
+    redis_close(w->redis);
+}
+
+static void test_live(const char *url) {
+    sgw_worker w;
+    open_worker(&w, url);
+
+    /* Fifty coroutines: every one has sent its INCR before the first reply
+     * is read, and each gets its own reply. */
+    run_many(&w, "fifty calls in flight",
+             "started = started + 1\n"
+             "local v, e = redis.call('RPUSH', K .. 'order', I)\n"
+             "check(started == 50, 'all sent before any reply came back', tostring(started))\n"
+             "check(math.type(v) == 'integer' and v >= 1 and v <= 50, 'its own reply', tostring(v or e))\n"
+             "ended = ended + 1\n", 50);
+    (void)luaL_dostring(w.L, "check(ended == 50, 'fifty replies')");
+    /* Redis ran them in the order they were sent. */
+    run_many(&w, "order kept",
+             "local t = redis.call('LRANGE', K .. 'order', 0, -1)\n"
+             "local ok = #t == 50\n"
+             "for i = 1, #t do ok = ok and t[i] == tostring(i) end\n"
+             "check(ok, 'sent in the order the coroutines called', table.concat(t, ','))\n", 1);
+
+    run_many(&w, "replies",
+             "check(redis.call('SET', K .. I, 'v' .. I) == 'OK', 'SET')\n"
+             "check(redis.call('GET', K .. I) == 'v' .. I, 'GET after SET')\n"
+             "check(redis.call('GET', K .. 'missing') == redis.null, 'nil reply')\n"
+             "local v, e, class = redis.call('INCR', K .. I)\n"
+             "check(v == nil and e:match('^ERR') and class == 'reply', 'error reply: nil, message, reply', e)\n"
+             "local t = redis.eval_cached('return {KEYS[1], ARGV[1] + 1}', 1, K .. I, I)\n"
+             "check(t[1] == K .. I and t[2] == I + 1, 'eval_cached')\n", 8);
+
+    /* SCRIPT FLUSH: each coroutine's EVALSHA is refused and sent again
+     * with the script. */
+    run_many(&w, "flush", "check(redis.call('SCRIPT', 'FLUSH') == 'OK', 'flushed')\n", 1);
+    run_many(&w, "NOSCRIPT path",
+             "local v, e = redis.eval_cached('return ARGV[1] * 2', 0, I)\n"
+             "check(v == I * 2, 'sent again with the script', tostring(e))\n", 10);
+
+    /* The loop's connection killed while calls wait on it: they fail as
+     * unavailable, and after the retry interval calls work again. */
+    run_many(&w, "a BLPOP to kill",
+             "local id = redis.call('CLIENT', 'ID')\n"
+             "redis.call('SET', K .. 'victim', id)\n", 1);
+    (void)luaL_dostring(w.L,
+        "local id = redis.call('GET', K .. 'victim')\n"   /* not yieldable: the blocking connection */
+        "check(redis.call('CLIENT', 'KILL', 'ID', id) == 1, 'the loop connection killed')\n");
+    run_many(&w, "killed connection",
+             "local v, e, class = redis.call('PING')\n"
+             "check(v == nil and class == 'unavailable', 'unavailable after the kill', tostring(e))\n", 5);
+    usleep((useconds_t)(config_int("redis.retry_interval_ms") * 1000 + 50000));
+    run_many(&w, "reconnects", "check(redis.call('PING') == 'PONG', 'reconnected')\n", 5);
+
+    (void)luaL_dostring(w.L,
+        "local keys = redis.call('KEYS', K .. '*')\n"
+        "if #keys > 0 then redis.call('DEL', table.unpack(keys)) end");
+    close_worker(&w);
+
+    /* SELECT from the URL goes ahead of the first command. */
+    const char *hp = url + strlen("redis://");
+    if (strncmp(url, "redis://", 8) == 0 && strchr(hp, '@') == NULL) {
+        char base[256], u[300];
+        size_t hplen = strcspn(hp, "/");
+        snprintf(base, sizeof base, "%.*s", (int)hplen, hp);
+        snprintf(u, sizeof u, "redis://%s/3", base);
+        sgw_worker w3;
+        open_worker(&w3, u);
+        run_many(&w3, "SELECT queued ahead",
+                 "redis.call('SET', K .. 'db3', 'three')\n"
+                 "check(redis.call('GET', K .. 'db3') == 'three', 'in database 3')\n", 1);
+        (void)luaL_dostring(w3.L, "check(redis.call('GET', K .. 'db3') == 'three', 'seen by the blocking connection too')\n"
+                                  "redis.call('DEL', K .. 'db3')");
+        close_worker(&w3);
+
+        snprintf(u, sizeof u, "redis://:wrong-password@%s", base);
+        sgw_worker wa;
+        open_worker(&wa, u);
+        run_many(&wa, "AUTH refused",
+                 "local v, e, class = redis.call('PING')\n"
+                 "check(v == nil and class == 'unavailable' and e:find('set-up refused', 1, true),"
+                 " 'a refused AUTH fails the call', tostring(e))\n", 3);
+        close_worker(&wa);
+    }
+}
+
+/* A listener that never accepts: the handshake completes, no reply comes. */
+static void test_silent_server(void) {
+    char url[64];
+    int fd = redis_fixture_silent(url, sizeof url);
+    if (fd < 0) {
+        check(0, "silent server: listener", NULL);
+        return;
+    }
+    sgw_worker w;
+    open_worker(&w, url);
+    uint64_t t0 = clock_mono_ms();
+    run_many(&w, "silent server",
+             "local v, e, class = redis.call('PING')\n"
+             "check(v == nil and class == 'timeout', 'timed out', tostring(e))\n", 5);
+    uint64_t t1 = clock_mono_ms();
+    char d[64];
+    snprintf(d, sizeof d, "%llu ms", (unsigned long long)(t1 - t0));
+    check(t1 - t0 >= (uint64_t)config_int("redis.timeout_ms") &&
+          t1 - t0 < (uint64_t)config_int("redis.timeout_ms") * 3 + 100, "silent server: bounded by the time-out", d);
+    run_many(&w, "silent server, then",
+             "local v, e, class = redis.call('PING')\n"
+             "check(e == 'redis unavailable' and class == 'unavailable', 'fails at once in the back-off', tostring(e))\n", 3);
+    close_worker(&w);
+    close(fd);
+}
+
+static void test_dead_port(void) {
+    sgw_worker w;
+    open_worker(&w, "redis://127.0.0.1:1");
+    run_many(&w, "dead port",
+             "local v, e, class = redis.call('PING')\n"
+             "check(v == nil and class == 'unavailable', 'unavailable', tostring(e))\n", 3);
+    close_worker(&w);
+}
+
+int main(void) {
+    if (redis_fixture_config() != 0)
+        return 1;
+
+    test_dead_port();
+    test_silent_server();
+    const char *url = getenv("SGW_TEST_REDIS_URL");
+    if (url == NULL || *url == '\0') printf("SKIP: SGW_TEST_REDIS_URL not set\n");
+    else test_live(url);
+    config_free();
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
