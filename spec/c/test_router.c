@@ -90,6 +90,16 @@ static void test_loading(void) {
     routes_free(&rs);
     check(rs.n == 0 && rs.v == NULL, "routes_free leaves an empty table", NULL);
 
+    lua_settop(L, 0);
+    if (luaL_dofile(L, "handlers/routes.lua") != LUA_OK) {
+        check(0, "handlers/routes.lua runs", lua_tostring(L, -1));
+    } else {
+        rc = routes_from_lua(L, &rs, err, sizeof err);
+        check(rc == 0 && rs.n > 10, "the gateway's own routes load", err);
+        if (rc == 0) routes_free(&rs);
+    }
+    lua_settop(L, 0);
+
     expect_refused("return 'routes'", "must return a table");
     expect_refused("return {}", "between 1 and 10000");
     expect_refused("return { 'GET /' }", "route 1 is not a table");
@@ -104,6 +114,13 @@ static void test_loading(void) {
                    "max_body must be a byte count or a config key");
     expect_refused("return { { method = 'GET', path = '/', handler = 'h', max_body = 1.5 } }",
                    "max_body must be a byte count or a config key");
+
+    expect_refused("return { { method = 'GET', path = '/a/{id', handler = 'h' } }", "segment '{id' is neither");
+    expect_refused("return { { method = 'GET', path = '/a/{}', handler = 'h' } }", "segment '{}' is neither");
+    expect_refused("return { { method = 'GET', path = '/a/id}', handler = 'h' } }", "segment 'id}' is neither");
+    expect_refused("return { { method = 'GET', path = '/a/{x}{y}', handler = 'h' } }", "segment '{x}{y}' is neither");
+    expect_refused("return { { method = 'GET', path = '/{a}/{b}/{c}/{d}/{e}/{f}/{g}/{h}/{i}', handler = 'h' } }",
+                   "route 1: more than 8 parameters");
 
     char deep[512] = "return { { method = 'GET', handler = 'h', path = '";
     for (int i = 0; i < 33; i++) strcat(deep, "/s");
@@ -261,6 +278,8 @@ int main(void) {
         return 1;
     }
     L = luaL_newstate();
+    luaL_openlibs(L);
+    lapi_config_open(L);
     test_loading();
     test_matching();
     test_405();
