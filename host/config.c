@@ -176,6 +176,13 @@ int config_load_file(const char *path, int defaults, char *err, size_t errlen) {
     int lineno = 0, rc = 0;
     while (fgets(line, sizeof line, f)) {
         lineno++;
+        /* Cut by fgets, a long line would set its first part and fail on the
+         * rest as a line of its own. */
+        if (!strchr(line, '\n') && getc(f) != EOF) {
+            snprintf(err, errlen, "%s:%d: line longer than %zu bytes", path, lineno, sizeof line - 2);
+            rc = -1;
+            break;
+        }
         char *s = trim(line);
         if (!*s || *s == '#') continue;
         char *eq = strchr(s, '=');

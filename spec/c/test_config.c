@@ -176,6 +176,23 @@ static void test_secrets(void) {
     check(rc == 0, "defaults may hold a secret whatever their mode", err);
 }
 
+/* Lines no reader expects: one longer than the reader's buffer must not be
+ * cut into a setting and a stray line. */
+static void test_long_lines(void) {
+    if (fresh()) return;
+    size_t n = 10000;
+    char *text = malloc(n + 32);
+    if (!text) return;
+    strcpy(text, "t.str = ");
+    memset(text + 8, 'a', n);
+    strcpy(text + 8 + n, "\n");
+    char err[512] = "";
+    int rc = config_load_file(file("long.conf", 0600, text), 0, err, sizeof err);
+    check(rc != 0 && strstr(err, "long.conf:1: line longer than"), "a line too long is refused as such", err);
+    check(strcmp(config_str("t.str"), "hello") == 0, "and sets nothing", NULL);
+    free(text);
+}
+
 static void test_lua(void) {
     if (fresh()) return;
     char err[512];
@@ -206,9 +223,10 @@ int main(void) {
     test_types();
     test_files();
     test_secrets();
+    test_long_lines();
     test_lua();
     config_free();
-    const char *names[] = { "defaults.conf", "operator.conf", "twice.conf", "bad.conf" };
+    const char *names[] = { "defaults.conf", "operator.conf", "twice.conf", "bad.conf", "long.conf" };
     char path[256];
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
