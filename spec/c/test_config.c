@@ -8,6 +8,7 @@
 #include "sgw.h"
 #include "check.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,6 +137,19 @@ static void test_types(void) {
     /* A key whose default is an integer may be given a fraction. */
     expect_set("t.int", "2.75", NULL);
     check(config_num("t.int") == 2.75 && config_int("t.int") == 2, "a fraction for an integer key", NULL);
+    /* Only numbers an integer key can hold, and no "nan" or "inf". */
+    expect_set("t.int", "1e30", "'t.int' must be an integer, got '1e30'");
+    expect_set("t.int", "-9.3e18", "must be an integer");
+    expect_set("t.int", "99999999999999999999", "must be an integer");
+    expect_set("t.int", "inf", "must be an integer");
+    expect_set("t.num", "nan", "'t.num' must be a number, got 'nan'");
+    expect_set("t.num", "-infinity", "must be a number");
+    expect_set("t.num", "1e999", "must be a number");
+    check(config_int("t.int") == 2, "and leave the old value", NULL);
+    expect_set("t.num", "1e300", NULL);
+    check(config_int("t.num") == LLONG_MAX, "a number too large for an integer reads as the largest", NULL);
+    expect_set("t.num", "-1e300", NULL);
+    check(config_int("t.num") == LLONG_MIN, "and one too small as the smallest", NULL);
     expect_set("t.num", "3", NULL);
     check(config_num("t.num") == 3.0, "an integer for a number key", NULL);
     expect_set("t.num", "-1.5e3", NULL);
@@ -196,7 +210,11 @@ static void test_long_lines(void) {
 static void test_lua(void) {
     if (fresh()) return;
     char err[512];
-    config_set("t.int", "12", err, sizeof err);
+    /* An integer key reads as its latest value: a fraction, or whole again. */
+    if (config_load_file(file("more.conf", 0644, "t.half = 1\nt.whole = 1\n"), 1, err, sizeof err) ||
+        config_set("t.int", "12", err, sizeof err) || config_set("t.half", "2.5", err, sizeof err) ||
+        config_set("t.whole", "2.5", err, sizeof err) || config_set("t.whole", "3", err, sizeof err))
+        printf("FAIL setting up: %s\n", err);
     lua_State *L = luaL_newstate();
     luaL_openlibs(L);
     lapi_config_open(L);
@@ -208,6 +226,8 @@ static void test_lua(void) {
         "assert(g('t.str') == 'hello' and g('t.empty') == '', 'strings')\n"
         "assert(g('t.nothing') == nil, 'unknown')\n"
         "assert(g('t.int') == 12, 'read twice')\n"
+        "assert(math.type(g('t.half')) == 'float' and g('t.half') == 2.5, 'a fraction')\n"
+        "assert(math.type(g('t.whole')) == 'integer' and g('t.whole') == 3, 'whole again')\n"
         "assert(not pcall(g), 'no key')\n";
     int rc = luaL_dostring(L, src);
     check(rc == LUA_OK, "config.get gives typed values", rc ? lua_tostring(L, -1) : NULL);
@@ -226,7 +246,7 @@ int main(void) {
     test_long_lines();
     test_lua();
     config_free();
-    const char *names[] = { "defaults.conf", "operator.conf", "twice.conf", "bad.conf", "long.conf" };
+    const char *names[] = { "defaults.conf", "operator.conf", "twice.conf", "bad.conf", "long.conf", "more.conf" };
     char path[256];
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
