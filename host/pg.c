@@ -1192,8 +1192,10 @@ static int tx_async_begun(lua_State *L, int status, lua_KContext ctx) {
     tx_state *t = lua_touserdata(L, 1);
     sgw_pg *pg = pgpool_held(tx_pool(L), L);
     pg_failure f;
-    PGresult *r = pg && pg->async ? async_take(pg, &f) : NULL;
-    if (!pg || !pg->async) set_failure(&f, "57014", "%s", "the transaction's start was interrupted");
+    /* async_take clears pg->async: a broken BEGIN must keep its own failure. */
+    int answered = pg && pg->async;
+    PGresult *r = answered ? async_take(pg, &f) : NULL;
+    if (!answered) set_failure(&f, "57014", "%s", "the transaction's start was interrupted");
     if (r && PQresultStatus(r) != PGRES_COMMAND_OK) {
         failure_from_result(&f, r, pg->conn);
         PQclear(r);
