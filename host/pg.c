@@ -943,13 +943,11 @@ static int db_in_transaction(lua_State *L) {
 #define ACTX_ATTEMPT(c) ((int)(((c) >> 2) & 1))
 #define ACTX_N(c)       ((int)((c) >> 3))
 
-static int pool_wait_failure(lua_State *L, pg_failure *f) {
+static void pool_wait_failure(pg_failure *f) {
     char ms[32];
     snprintf(ms, sizeof ms, "%lld", config_int("database.pool_wait_ms"));
     set_failure(f, "53300", "database unavailable: no connection of the job worker's pool was free "
                 "within %s ms (database.pool_size, database.pool_wait_ms)", ms);
-    (void)L;
-    return 0;
 }
 
 /* Takes a connection for L: its own, or one from the pool. NULL when L
@@ -1037,7 +1035,7 @@ static int db_async_send(lua_State *L, int status, lua_KContext ctx) {
     sgw_pg *pg = async_conn(p, L, &expired);
     if (!pg) {
         if (!expired) return yield_on(L, p, ctx, db_async_send);
-        pool_wait_failure(L, &f);
+        pool_wait_failure(&f);
         return push_failure(L, &f);
     }
     int c = connect_first(p, pg, &f);
@@ -1229,7 +1227,7 @@ static int tx_async_begin(lua_State *L, int status, lua_KContext ctx) {
         pg = async_conn(p, L, &expired);
         if (!pg) {
             if (!expired) return yield_on(L, p, 0, tx_async_begin);
-            pool_wait_failure(L, &f);
+            pool_wait_failure(&f);
             return raise_failure(L, &f);
         }
         pgpool_hold(p, pg, 1);
