@@ -12,6 +12,8 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +24,8 @@ typedef enum { CT_STRING, CT_INT, CT_NUM, CT_BOOL } config_type;
 typedef struct config_entry {
     char       *key;
     char       *value;
-    config_type type;
+    config_type declared;   /* fixed by the default */
+    config_type type;       /* of the value: an integer key may hold a fraction */
 } config_entry;
 
 static config_entry *entries;
@@ -47,7 +50,8 @@ static int parse_num(const char *s, double *out) {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || end == s || *end) return -1;
+    /* strtod also reads "nan" and "inf", which no setting means. */
+    if (errno || end == s || *end || !isfinite(v)) return -1;
     *out = v;
     return 0;
 }
@@ -57,6 +61,10 @@ static int parse_bool(const char *s, int *out) {
     if (!strcmp(s, "false") || !strcmp(s, "no") || !strcmp(s, "off") || !strcmp(s, "0")) { *out = 0; return 0; }
     return -1;
 }
+
+/* Whether a number converts to a long long (outside, the conversion is
+ * undefined). */
+static int in_int_range(double d) { return d >= -0x1p63 && d < 0x1p63; }
 
 static config_type infer_type(const char *v) {
     long long i;
@@ -102,7 +110,8 @@ static int add_default(const char *key, const char *value, char *err, size_t err
     }
     char *k = strdup(key), *v = strdup(value);
     if (!k || !v) { free(k); free(v); snprintf(err, errlen, "out of memory"); return -1; }
-    entries[nentries++] = (config_entry){ k, v, infer_type(value) };
+    config_type t = infer_type(value);
+    entries[nentries++] = (config_entry){ k, v, t, t };
     return 0;
 }
 
@@ -113,16 +122,18 @@ int config_set(const char *key, const char *value, char *err, size_t errlen) {
         return -1;
     }
     /* A key whose default is a number may also be given a fraction. */
-    config_type t = e->type == CT_INT && check_value(CT_INT, value) != 0 ? CT_NUM : e->type;
-    if (check_value(t, value) != 0) {
-        snprintf(err, errlen, "configuration key '%s' must be %s, got '%s'", key, type_name(e->type), value);
+    config_type t = e->declared == CT_INT && check_value(CT_INT, value) != 0 ? CT_NUM : e->declared;
+    double d;
+    if (check_value(t, value) != 0 ||
+        (t == CT_NUM && e->declared == CT_INT && (parse_num(value, &d), !in_int_range(d)))) {
+        snprintf(err, errlen, "configuration key '%s' must be %s, got '%s'", key, type_name(e->declared), value);
         return -1;
     }
     char *v = strdup(value);
     if (!v) { snprintf(err, errlen, "out of memory"); return -1; }
     free(e->value);
     e->value = v;
-    if (t == CT_NUM) e->type = CT_NUM;
+    e->type = t;
     return 0;
 }
 
@@ -176,6 +187,13 @@ int config_load_file(const char *path, int defaults, char *err, size_t errlen) {
     int lineno = 0, rc = 0;
     while (fgets(line, sizeof line, f)) {
         lineno++;
+        /* Cut by fgets, a long line would set its first part and fail on the
+         * rest as a line of its own. */
+        if (!strchr(line, '\n') && getc(f) != EOF) {
+            snprintf(err, errlen, "%s:%d: line longer than %zu bytes", path, lineno, sizeof line - 2);
+            rc = -1;
+            break;
+        }
         char *s = trim(line);
         if (!*s || *s == '#') continue;
         char *eq = strchr(s, '=');
@@ -216,7 +234,10 @@ const char *config_str(const char *key) {
 long long config_int(const char *key) {
     config_entry *e = find(key);
     if (!e) return 0;
-    if (e->type == CT_NUM) return (long long)strtod(e->value, NULL);
+    if (e->type == CT_NUM) {
+        double d = strtod(e->value, NULL);
+        return in_int_range(d) ? (long long)d : d < 0 ? LLONG_MIN : LLONG_MAX;
+    }
     return strtoll(e->value, NULL, 10);
 }
 

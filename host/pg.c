@@ -943,13 +943,11 @@ static int db_in_transaction(lua_State *L) {
 #define ACTX_ATTEMPT(c) ((int)(((c) >> 2) & 1))
 #define ACTX_N(c)       ((int)((c) >> 3))
 
-static int pool_wait_failure(lua_State *L, pg_failure *f) {
+static void pool_wait_failure(pg_failure *f) {
     char ms[32];
     snprintf(ms, sizeof ms, "%lld", config_int("database.pool_wait_ms"));
     set_failure(f, "53300", "database unavailable: no connection of the job worker's pool was free "
                 "within %s ms (database.pool_size, database.pool_wait_ms)", ms);
-    (void)L;
-    return 0;
 }
 
 /* Takes a connection for L: its own, or one from the pool. NULL when L
@@ -1037,7 +1035,7 @@ static int db_async_send(lua_State *L, int status, lua_KContext ctx) {
     sgw_pg *pg = async_conn(p, L, &expired);
     if (!pg) {
         if (!expired) return yield_on(L, p, ctx, db_async_send);
-        pool_wait_failure(L, &f);
+        pool_wait_failure(&f);
         return push_failure(L, &f);
     }
     int c = connect_first(p, pg, &f);
@@ -1082,31 +1080,47 @@ typedef struct tx_state {
 
 static sgw_pgpool *tx_pool(lua_State *L) { return ((sgw_worker *)lua_touserdata(L, UV_WORKER))->pgpool; }
 
+/* Where each continuation of db.transaction starts: its state, the pool,
+ * and the connection the coroutine holds (NULL before the outermost BEGIN
+ * took one, or if it was lost). */
+typedef struct tx_step {
+    tx_state   *t;
+    sgw_pgpool *p;
+    sgw_pg     *pg;
+} tx_step;
+
+static tx_step tx_resumed(lua_State *L) {
+    tx_step s = { lua_touserdata(L, 1), tx_pool(L), NULL };
+    s.pg = pgpool_held(s.p, L);
+    return s;
+}
+
+/* Gives back the outermost transaction's connection; one not back to idle
+ * is dropped first, never handed on. */
+static void tx_async_release(sgw_pgpool *p, sgw_pg *pg) {
+    if (pg->conn && PQstatus(pg->conn) == CONNECTION_OK && PQtransactionStatus(pg->conn) != PQTRANS_IDLE)
+        pg_drop(pg);
+    pgpool_release(p, pg);
+}
+
 /* After the transaction (or savepoint) ended: the connection goes back
  * when the outermost one ends. */
-static void tx_async_leave(lua_State *L, sgw_pg *pg, const tx_state *t) {
-    if (pg->tx_depth > 0) pg->tx_depth--;
-    if (!t->nested) {
-        if (pg->conn && PQstatus(pg->conn) == CONNECTION_OK && PQtransactionStatus(pg->conn) != PQTRANS_IDLE)
-            pg_drop(pg);         /* not back to idle: never hand it on */
-        pgpool_release(tx_pool(L), pg);
-    }
+static void tx_async_leave(const tx_step *s) {
+    if (s->pg->tx_depth > 0) s->pg->tx_depth--;
+    if (!s->t->nested) tx_async_release(s->p, s->pg);
 }
 
 static int tx_async_undone(lua_State *L, int status, lua_KContext ctx) {
     (void)status;
     (void)ctx;
-    tx_state *t = lua_touserdata(L, 1);
-    sgw_pgpool *p = tx_pool(L);
-    sgw_pg *pg = pgpool_held(p, L);
-    if (!pg) return lua_error(L);
-    if (pg->async) {
+    tx_step s = tx_resumed(L);
+    if (!s.pg) return lua_error(L);
+    if (s.pg->async) {
         pg_failure ignored;
-        PGresult *r = async_take(pg, &ignored);
-        PQclear(r);
+        PQclear(async_take(s.pg, &ignored));
     }
-    tx_async_leave(L, pg, t);
-    if (t->aborted) {
+    tx_async_leave(&s);
+    if (s.t->aborted) {
         pg_failure f;
         set_failure(&f, "25P02", "%s", "transaction rolled back: a statement in it failed");
         return raise_failure(L, &f);
@@ -1116,18 +1130,18 @@ static int tx_async_undone(lua_State *L, int status, lua_KContext ctx) {
 
 /* Sends the ROLLBACK (TO SAVEPOINT) and yields; with the connection gone
  * there is nothing to send: the server has rolled back. */
-static int tx_async_undo(lua_State *L, tx_state *t, sgw_pg *pg) {
-    sgw_pgpool *p = tx_pool(L);
-    if (pg->conn && PQstatus(pg->conn) == CONNECTION_OK) {
+static int tx_async_undo(lua_State *L, const tx_step *s) {
+    if (s->pg->conn && PQstatus(s->pg->conn) == CONNECTION_OK) {
         char sql[128];
-        if (t->nested)
-            snprintf(sql, sizeof sql, "ROLLBACK TO SAVEPOINT %s; RELEASE SAVEPOINT %s", t->savepoint, t->savepoint);
+        if (s->t->nested)
+            snprintf(sql, sizeof sql, "ROLLBACK TO SAVEPOINT %s; RELEASE SAVEPOINT %s", s->t->savepoint,
+                     s->t->savepoint);
         else
             snprintf(sql, sizeof sql, "ROLLBACK");
         pg_failure ignored;
-        if (send_async(pg, sql, 0, NULL, 1, &ignored) == 0) {
-            pgpool_sent(p, pg);
-            return yield_on(L, p, 0, tx_async_undone);
+        if (send_async(s->pg, sql, 0, NULL, 1, &ignored) == 0) {
+            pgpool_sent(s->p, s->pg);
+            return yield_on(L, s->p, 0, tx_async_undone);
         }
     }
     return tx_async_undone(L, 0, 0);
@@ -1136,23 +1150,22 @@ static int tx_async_undo(lua_State *L, tx_state *t, sgw_pg *pg) {
 static int tx_async_ended(lua_State *L, int status, lua_KContext ctx) {
     (void)status;
     (void)ctx;
-    tx_state *t = lua_touserdata(L, 1);
-    sgw_pg *pg = pgpool_held(tx_pool(L), L);
+    tx_step s = tx_resumed(L);
     pg_failure f;
-    if (!pg || !pg->async) {
+    if (!s.pg || !s.pg->async) {
         set_failure(&f, "57014", "%s", "the transaction's end was interrupted");
-        if (pg) tx_async_leave(L, pg, t);
+        if (s.pg) tx_async_leave(&s);
         return raise_failure(L, &f);
     }
-    PGresult *r = async_take(pg, &f);
+    PGresult *r = async_take(s.pg, &f);
     int ok = r && PQresultStatus(r) == PGRES_COMMAND_OK;
-    if (r && !ok) failure_from_result(&f, r, pg->conn);
-    if (ok && !t->nested && strcmp(PQcmdStatus(r), "COMMIT") != 0) {
+    if (r && !ok) failure_from_result(&f, r, s.pg->conn);
+    if (ok && !s.t->nested && strcmp(PQcmdStatus(r), "COMMIT") != 0) {
         ok = 0;
         set_failure(&f, "40000", "%s", "transaction rolled back by the server at COMMIT");
     }
     PQclear(r);
-    tx_async_leave(L, pg, t);
+    tx_async_leave(&s);
     if (!ok) return raise_failure(L, &f);
     lua_remove(L, 1);
     return lua_gettop(L);
@@ -1160,99 +1173,90 @@ static int tx_async_ended(lua_State *L, int status, lua_KContext ctx) {
 
 static int tx_async_body(lua_State *L, int status, lua_KContext ctx) {
     (void)ctx;
-    tx_state *t = lua_touserdata(L, 1);
-    sgw_pgpool *p = tx_pool(L);
-    sgw_pg *pg = pgpool_held(p, L);
-    if (!pg) {
+    tx_step s = tx_resumed(L);
+    if (!s.pg) {
         /* Lost while fn ran (cannot happen: only forget takes it). */
         pg_failure f;
         set_failure(&f, "08006", "%s", "the transaction's connection was lost");
         return raise_failure(L, &f);
     }
-    if (status != LUA_OK && status != LUA_YIELD) return tx_async_undo(L, t, pg);
-    if (pg->conn && PQstatus(pg->conn) == CONNECTION_OK && PQtransactionStatus(pg->conn) == PQTRANS_INERROR) {
-        t->aborted = 1;
-        return tx_async_undo(L, t, pg);
+    if (status != LUA_OK && status != LUA_YIELD) return tx_async_undo(L, &s);
+    if (s.pg->conn && PQstatus(s.pg->conn) == CONNECTION_OK && PQtransactionStatus(s.pg->conn) == PQTRANS_INERROR) {
+        s.t->aborted = 1;
+        return tx_async_undo(L, &s);
     }
     char sql[96];
-    if (t->nested) snprintf(sql, sizeof sql, "RELEASE SAVEPOINT %s", t->savepoint);
+    if (s.t->nested) snprintf(sql, sizeof sql, "RELEASE SAVEPOINT %s", s.t->savepoint);
     else snprintf(sql, sizeof sql, "COMMIT");
     pg_failure f;
-    if (send_async(pg, sql, 0, NULL, 1, &f)) {
-        tx_async_leave(L, pg, t);
+    if (send_async(s.pg, sql, 0, NULL, 1, &f)) {
+        tx_async_leave(&s);
         return raise_failure(L, &f);
     }
-    pgpool_sent(p, pg);
-    return yield_on(L, p, 0, tx_async_ended);
+    pgpool_sent(s.p, s.pg);
+    return yield_on(L, s.p, 0, tx_async_ended);
 }
 
 static int tx_async_begun(lua_State *L, int status, lua_KContext ctx) {
     (void)status;
     (void)ctx;
-    tx_state *t = lua_touserdata(L, 1);
-    sgw_pg *pg = pgpool_held(tx_pool(L), L);
+    tx_step s = tx_resumed(L);
     pg_failure f;
-    PGresult *r = pg && pg->async ? async_take(pg, &f) : NULL;
-    if (!pg || !pg->async) set_failure(&f, "57014", "%s", "the transaction's start was interrupted");
+    /* async_take clears pg->async: a broken BEGIN must keep its own failure. */
+    int answered = s.pg && s.pg->async;
+    PGresult *r = answered ? async_take(s.pg, &f) : NULL;
+    if (!answered) set_failure(&f, "57014", "%s", "the transaction's start was interrupted");
     if (r && PQresultStatus(r) != PGRES_COMMAND_OK) {
-        failure_from_result(&f, r, pg->conn);
+        failure_from_result(&f, r, s.pg->conn);
         PQclear(r);
         r = NULL;
     }
     if (!r) {
-        if (pg && !t->nested) {
-            if (pg->conn && PQstatus(pg->conn) == CONNECTION_OK && PQtransactionStatus(pg->conn) != PQTRANS_IDLE)
-                pg_drop(pg);
-            pgpool_release(tx_pool(L), pg);
-        }
+        if (s.pg && !s.t->nested) tx_async_release(s.p, s.pg);
         return raise_failure(L, &f);
     }
     PQclear(r);
-    pg->tx_depth++;
-    int st = lua_pcallk(L, t->nargs, LUA_MULTRET, 0, 0, tx_async_body);
+    s.pg->tx_depth++;
+    int st = lua_pcallk(L, s.t->nargs, LUA_MULTRET, 0, 0, tx_async_body);
     return tx_async_body(L, st, 0);
 }
 
 static int tx_async_begin(lua_State *L, int status, lua_KContext ctx) {
     (void)status;
     (void)ctx;
-    tx_state *t = lua_touserdata(L, 1);
-    sgw_pgpool *p = tx_pool(L);
+    tx_step s = tx_resumed(L);
     pg_failure f;
-    sgw_pg *pg;
-    if (t->nested) {
-        pg = pgpool_held(p, L);
-    } else {
+    if (!s.t->nested) {
         int expired;
-        pg = async_conn(p, L, &expired);
-        if (!pg) {
-            if (!expired) return yield_on(L, p, 0, tx_async_begin);
-            pool_wait_failure(L, &f);
+        s.pg = async_conn(s.p, L, &expired);
+        if (!s.pg) {
+            if (!expired) return yield_on(L, s.p, 0, tx_async_begin);
+            pool_wait_failure(&f);
             return raise_failure(L, &f);
         }
-        pgpool_hold(p, pg, 1);
-        int c = connect_first(p, pg, &f);
+        pgpool_hold(s.p, s.pg, 1);
+        int c = connect_first(s.p, s.pg, &f);
         if (c < 0) {
-            pgpool_release(p, pg);
+            pgpool_release(s.p, s.pg);
             return raise_failure(L, &f);
         }
-        if (c > 0) return yield_on(L, p, 0, tx_async_begin);
+        if (c > 0) return yield_on(L, s.p, 0, tx_async_begin);
     }
     char sql[64];
-    if (t->nested) {
-        snprintf(t->savepoint, sizeof t->savepoint, "sgw_tx_%d", pg->tx_depth + 1);
-        snprintf(sql, sizeof sql, "SAVEPOINT %s", t->savepoint);
+    if (s.t->nested) {
+        snprintf(s.t->savepoint, sizeof s.t->savepoint, "sgw_tx_%d", s.pg->tx_depth + 1);
+        snprintf(sql, sizeof sql, "SAVEPOINT %s", s.t->savepoint);
     } else {
         snprintf(sql, sizeof sql, "BEGIN");
     }
     /* BEGIN goes as a parameterless extended-protocol statement, so that it
      * travels behind the transaction settings (send_async's pipeline). */
-    if (send_async(pg, sql, 0, NULL, t->nested, &f)) {
-        if (!t->nested) pgpool_release(p, pg);
+    if (send_async(s.pg, sql, 0, NULL, s.t->nested, &f)) {
+        if (!s.t->nested) pgpool_release(s.p, s.pg);
         return raise_failure(L, &f);
     }
-    pgpool_sent(p, pg);
-    return yield_on(L, p, 0, tx_async_begun);
+    pgpool_sent(s.p, s.pg);
+    return yield_on(L, s.p, 0, tx_async_begun);
 }
 
 static int db_transaction_async(lua_State *L, sgw_pgpool *p) {

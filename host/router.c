@@ -117,6 +117,24 @@ static int parse_route(lua_State *L, int idx, int routeno, sgw_route *r, char *e
                  MAX_PATH_SEGMENTS);
         goto fail;
     }
+    /* Refused rather than half-served: a "{id" or "{}" would match any
+     * segment and capture nothing, and a match holds SGW_MAX_PARAMS
+     * parameters, so a route with more would lose the last ones. */
+    int nparams = 0;
+    for (int i = 0; i < r->nsegments; i++) {
+        const char *s = r->segments[i];
+        size_t len = strlen(s);
+        if (!strpbrk(s, "{}")) continue;
+        if (len < 3 || s[0] != '{' || s[len - 1] != '}' || strcspn(s + 1, "{}") != len - 2) {
+            snprintf(err, errlen, "handlers/routes.lua: route %d: segment '%s' is neither literal nor '{name}'",
+                     routeno, s);
+            goto fail;
+        }
+        if (++nparams > SGW_MAX_PARAMS) {
+            snprintf(err, errlen, "handlers/routes.lua: route %d: more than %d parameters", routeno, SGW_MAX_PARAMS);
+            goto fail;
+        }
+    }
     lua_getfield(L, idx, "max_body");
     if (lua_isinteger(L, -1)) {
         r->max_body = (size_t)lua_tointeger(L, -1);
@@ -208,7 +226,7 @@ static int pattern_matches(const sgw_route *r, const path_seg *segs, int nsegs, 
     for (int i = 0; i < nsegs; i++) {
         const char *p = r->segments[i];
         size_t plen = strlen(p);
-        if (p[0] != '{' || plen < 3 || m->nparams >= (int)(sizeof m->params / sizeof m->params[0])) continue;
+        if (p[0] != '{') continue;
         m->params[m->nparams].name = strndup(p + 1, plen - 2);
         m->params[m->nparams].value = strndup(segs[i].p, segs[i].len);
         m->nparams++;

@@ -302,11 +302,13 @@ typedef struct sgw_route {
 
 typedef struct sgw_param { char *name; char *value; } sgw_param;
 
+#define SGW_MAX_PARAMS 8     /* parameters a route may have */
+
 typedef struct sgw_match {
     int        route;        /* index into routes, or -1 */
     int        status;       /* 0 matched, 404, or 405 */
     char       allow[128];   /* for 405 */
-    sgw_param  params[8];
+    sgw_param  params[SGW_MAX_PARAMS];
     int        nparams;
 } sgw_match;
 

@@ -11,6 +11,8 @@
 #   c/<name>            spec/c/test_<name>.c (added by CMakeLists.txt); a C test
 #                       whose source mentions SGW_TEST_DATABASE_URL or
 #                       SGW_TEST_REDIS_URL gets the fixture and those variables
+#   c/layers            tools/layers: which host file calls which, read from the
+#                       object files, against the layers of host/LAYERS
 #
 # Every test runs from the repository root. Servers, sgw instances and
 # databases get free ports and unique names, so `ctest -j2` is safe.
@@ -141,3 +143,14 @@ foreach(src ${SGW_C_TEST_SOURCES})
     TIMEOUT 300
     LABELS "${labels}")
 endforeach()
+
+# ---------------------------------------------------------------- layers
+# Reads the object files, so it checks the build it runs in.
+find_program(SGW_PYTHON3 NAMES python3)
+if(NOT SGW_PYTHON3)
+  set(SGW_PYTHON3 python3)
+endif()
+add_test(NAME c/layers
+  COMMAND ${SGW_PYTHON3} ${CMAKE_SOURCE_DIR}/tools/layers ${CMAKE_BINARY_DIR} ${CMAKE_NM}
+  WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(c/layers PROPERTIES TIMEOUT 60 LABELS c)

@@ -157,6 +157,28 @@ static void run_all(sgw_worker *w, const char *const *chunks, int n) {
     check(lp.done == n, "every coroutine ended", NULL);
 }
 
+/* Kills the pool's backends while idle: both connections first run a
+ * marked statement, so that the other session can find them. */
+static void kill_idle_backends(sgw_worker *w, PGconn *other) {
+    static const char *const marked[] = {
+        "assert(db.query('SELECT pg_sleep(0.05) /* pgpool-test-marker */'))\n",
+        "assert(db.query('SELECT pg_sleep(0.05) /* pgpool-test-marker */'))\n",
+    };
+    run_all(w, marked, 2);
+    PGresult *r = PQexec(other, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                "WHERE pid <> pg_backend_pid() AND query LIKE '%pgpool-test-marker */'");
+    check(PQresultStatus(r) == PGRES_TUPLES_OK && strcmp(PQgetvalue(r, 0, 0), "2") == 0,
+          "both pool backends terminated", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    for (int i = 0; i < 100; i++) {
+        r = PQexec(other, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pgpool-test-marker */'");
+        int gone = strcmp(PQgetvalue(r, 0, 0), "0") == 0;
+        PQclear(r);
+        if (gone) break;
+        poll(NULL, 0, 20);
+    }
+}
+
 static const char *setup_sql =
     "DROP TABLE IF EXISTS pgpool_t; CREATE TABLE pgpool_t (who text, n int)";
 
@@ -234,25 +256,8 @@ static void test_on_database(const char *url) {
           "only the committed rows are there", PQgetvalue(r, 0, 0));
     PQclear(r);
 
-    /* Kill the pool's backends while idle: the next statement reconnects
-     * once. Both connections last ran the marked statement. */
-    static const char *const marked[] = {
-        "assert(db.query('SELECT pg_sleep(0.05) /* pgpool-test-marker */'))\n",
-        "assert(db.query('SELECT pg_sleep(0.05) /* pgpool-test-marker */'))\n",
-    };
-    run_all(&w, marked, 2);
-    r = PQexec(other, "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                      "WHERE pid <> pg_backend_pid() AND query LIKE '%pgpool-test-marker */'");
-    check(PQresultStatus(r) == PGRES_TUPLES_OK && strcmp(PQgetvalue(r, 0, 0), "2") == 0,
-          "both pool backends terminated", PQgetvalue(r, 0, 0));
-    PQclear(r);
-    for (int i = 0; i < 100; i++) {
-        r = PQexec(other, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pgpool-test-marker */'");
-        int gone = strcmp(PQgetvalue(r, 0, 0), "0") == 0;
-        PQclear(r);
-        if (gone) break;
-        poll(NULL, 0, 20);
-    }
+    /* Backends killed while idle: the next statement reconnects once. */
+    kill_idle_backends(&w, other);
     static const char *const after_kill[] = {
         "local r, e = db.query('SELECT 1 AS one')\n"
         "check(r and r[1].one == 1, 'reconnected after the backend died: ' .. tostring(e))\n",
@@ -260,6 +265,16 @@ static void test_on_database(const char *url) {
         "check(r and r[1].two == 2, 'the other one too: ' .. tostring(e))\n",
     };
     run_all(&w, after_kill, 2);
+
+    /* A BEGIN on a connection that broke meanwhile is not retried, and its
+     * failure says the database is unavailable. */
+    kill_idle_backends(&w, other);
+    static const char *const begin_broken[] = {
+        "local ok, err = pcall(db.transaction, function() end)\n"
+        "check(not ok and tostring(err):match('^database unavailable') and not tostring(err):match('interrupted'),\n"
+        "      'a broken BEGIN says the database is unavailable: ' .. tostring(err))\n",
+    };
+    run_all(&w, begin_broken, 1);
 
     PQclear(PQexec(other, "DROP TABLE pgpool_t"));
     PQfinish(other);
