@@ -15,6 +15,10 @@
 #include <strings.h>
 #include <sys/socket.h>
 
+/* Set by main.c; read for /readyz. */
+atomic_int sgw_shutting_down;
+atomic_int sgw_schema_current;
+
 static struct MHD_Daemon *admin_daemon;
 static sgw_pg            *admin_pg;     /* used by the admin thread only */
 static sgw_redis         *admin_redis;

@@ -100,25 +100,6 @@ int http_parse_listen(const char *s, struct sockaddr_storage *out, unsigned int 
     return 0;
 }
 
-char *req_strndup(sgw_request *req, const char *s, size_t n) {
-    char *p;
-    if (n < sizeof req->arena - req->arena_used) {
-        p = req->arena + req->arena_used;
-        req->arena_used += n + 1;
-    } else {
-        p = malloc(n + 1);
-        if (!p) return NULL;
-    }
-    memcpy(p, s, n);
-    p[n] = 0;
-    return p;
-}
-
-void req_strfree(sgw_request *req, char *p) {
-    uintptr_t a = (uintptr_t)req->arena, at = (uintptr_t)p;
-    if (at < a || at >= a + sizeof req->arena) free(p);
-}
-
 static void kv_free(sgw_request *req, sgw_kv *kv, int n) {
     for (int i = 0; i < n; i++) {
         req_strfree(req, kv[i].name);

@@ -161,3 +161,59 @@ void invalidations_stop(void) {
     redis_close(conn);
     conn = NULL;
 }
+
+/* ------------------------------------------------------------------ Lua */
+
+/* redis.invalidations(): the count, or nil while not subscribed. */
+static int l_invalidations(lua_State *L)
+{
+    long long n = invalidations_count();
+    if (n < 0)
+        lua_pushnil(L);
+    else
+        lua_pushinteger(L, (lua_Integer)n);
+    return 1;
+}
+
+/* What redis.call("PUBLISH", ...) answered, from index base + 1 on: true,
+ * or nil, message, class. */
+static int invalidate_k(lua_State *L, int status, lua_KContext base)
+{
+    (void)status;
+    int first = (int)base + 1;
+    if (lua_isinteger(L, first)) {
+        lua_pushboolean(L, 1);
+        return 1;
+    }
+    if (lua_isnil(L, first) && lua_gettop(L) >= first + 2)
+        return 3;
+    lua_pushnil(L);
+    lua_pushliteral(L, "PUBLISH refused");
+    lua_pushliteral(L, "reply");
+    return 3;
+}
+
+/* redis.invalidate(): moves this instance's count at once and tells every
+ * instance, through redis.call (upvalue 1), which waits like any call. */
+static int l_invalidate(lua_State *L)
+{
+    invalidations_bump();
+    int base = lua_gettop(L);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_pushliteral(L, "PUBLISH");
+    lua_pushstring(L, invalidations_channel());
+    lua_pushliteral(L, "1");
+    lua_callk(L, 3, LUA_MULTRET, (lua_KContext)base, invalidate_k);
+    return invalidate_k(L, LUA_OK, (lua_KContext)base);
+}
+
+void lapi_invalidations_open(lua_State *L)
+{
+    lua_getglobal(L, "redis");
+    lua_pushcfunction(L, l_invalidations);
+    lua_setfield(L, -2, "invalidations");
+    lua_getfield(L, -1, "call");
+    lua_pushcclosure(L, l_invalidate, 1);
+    lua_setfield(L, -2, "invalidate");
+    lua_pop(L, 1);
+}

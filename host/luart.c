@@ -555,6 +555,7 @@ static lua_State *state_new(sgw_gen *g, sgw_worker *w, int preload, char *err, s
     lapi_metrics_open(L);
     lapi_db_open(L, w);
     lapi_redis_open(L, w);
+    lapi_invalidations_open(L);
     lapi_http_open(L, w);
     build_sandbox(L);
     lua_newtable(L);

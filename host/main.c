@@ -19,9 +19,6 @@
 #include <time.h>
 #include <unistd.h>
 
-atomic_int sgw_shutting_down;
-atomic_int sgw_reload_requested;
-atomic_int sgw_schema_current;
 
 static char root[PATH_MAX];
 /* Set when the root is an installed tree (<prefix>/share/sgw beside
@@ -428,7 +425,7 @@ static int cmd_serve(const cli_args *a) {
         n = (int)(cores > 0 ? cores * 2 : 4);
     }
     int rc = 1;
-    if (workers_start(n)) goto out_workers;
+    if (workers_start(n, http_complete)) goto out_workers;
     if (invalidations_start()) log_msg(LOG_WARN, "invalidations", "cannot start the subscriber; every request asks Redis");
     if (jobs_start((int)config_int("jobs.workers"))) goto out_jobs;
     /* Told before the listeners start, so a migrated database is ready at once. */

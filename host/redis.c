@@ -706,22 +706,15 @@ static int yield_for_reply(lua_State *L, sgw_redis_loop *rl, int argc, const cha
     return lua_yieldk(L, 1, ctx, k);
 }
 
-/* Resumed with its reply: finish turns it into the results (or the I/O
- * failure's). */
-static int answered(lua_State *L, int (*finish)(lua_State *, reply_box *))
-{
-    reply_box *b;
-    const char *err;
-    if (take_reply(L, &b, &err) == NULL)
-        return io_failure(L, err);
-    return finish(L, b);
-}
-
 static int call_k(lua_State *L, int status, lua_KContext ctx)
 {
     (void)status;
     (void)ctx;
-    return answered(L, push_result);
+    reply_box *b;
+    const char *err;
+    if (take_reply(L, &b, &err) == NULL)
+        return io_failure(L, err);
+    return push_result(L, b);
 }
 
 static int call_run(lua_State *L)
@@ -884,63 +877,6 @@ static int l_key_slot(lua_State *L)
     return 1;
 }
 
-/* redis.invalidations(): the count of credential-change news, or nil while
- * the host is not subscribed (invalidations.c). */
-static int l_invalidations(lua_State *L)
-{
-    long long n = invalidations_count();
-    if (n < 0)
-        lua_pushnil(L);
-    else
-        lua_pushinteger(L, (lua_Integer)n);
-    return 1;
-}
-
-/* redis.invalidate(): moves this instance's count at once and tells every
- * instance (PUBLISH). Returns true, or nil and a message when Redis could
- * not be told. */
-/* true, or nil, message, "reply" when Redis refused the PUBLISH. */
-static int published(lua_State *L, reply_box *b)
-{
-    int ok = b->reply->type == REDIS_REPLY_INTEGER;
-    box_set(b, NULL);
-    if (!ok) {
-        lua_pushnil(L);
-        lua_pushliteral(L, "PUBLISH refused");
-        lua_pushliteral(L, "reply");
-        return 3;
-    }
-    lua_pushboolean(L, 1);
-    return 1;
-}
-
-static int invalidate_k(lua_State *L, int status, lua_KContext ctx)
-{
-    (void)status;
-    (void)ctx;
-    return answered(L, published);
-}
-
-static int invalidate_run(lua_State *L)
-{
-    invalidations_bump();
-    sgw_redis *r = worker_redis(L);
-    if (r == NULL)
-        return io_failure(L, "redis not configured");
-    const char *argv[3] = {"PUBLISH", invalidations_channel(), "1"};
-    size_t lens[3] = {7, strlen(argv[1]), 1};
-    sgw_redis_loop *rl = usable_loop(L);
-    if (rl)
-        return yield_for_reply(L, rl, 3, argv, lens, 0, invalidate_k);
-    reply_box *b = push_box(L);
-    const char *err;
-    redisReply *rep = command(r, 3, argv, lens, &err);
-    if (rep == NULL)
-        return io_failure(L, err);
-    box_set(b, rep);
-    return published(L, b);
-}
-
 /* The bindings that may block: on a socket thread each migrates first
  * (SGW_MIGRATE_IF_SOCKET); its continuation runs the same body again on the
  * worker's own thread. */
@@ -959,7 +895,6 @@ static int invalidate_run(lua_State *L)
 
 BLOCKING_BINDING(l_call, call_run)
 BLOCKING_BINDING(l_eval_cached, eval_cached_run)
-BLOCKING_BINDING(l_invalidate, invalidate_run)
 
 void lapi_redis_open(lua_State *L, sgw_worker *w)
 {
@@ -985,13 +920,8 @@ void lapi_redis_open(lua_State *L, sgw_worker *w)
     lua_pushcclosure(L, l_eval_cached, 3);
     lua_setfield(L, -3, "eval_cached");
     lua_pop(L, 1);
-    lua_pushcfunction(L, l_invalidations);
-    lua_setfield(L, -2, "invalidations");
     lua_pushcfunction(L, l_key_slot);
     lua_setfield(L, -2, "key_slot");
-    lua_pushlightuserdata(L, w);
-    lua_pushcclosure(L, l_invalidate, 1);
-    lua_setfield(L, -2, "invalidate");
     lua_pushlightuserdata(L, NULL);
     lua_setfield(L, -2, "null");
     lua_setglobal(L, "redis");

@@ -211,6 +211,9 @@ void        invalidations_stop(void);
 long long   invalidations_count(void);
 void        invalidations_bump(void);    /* this instance invalidated */
 const char *invalidations_channel(void);
+/* redis.invalidations() and redis.invalidate(), added to the global `redis`
+ * (after lapi_redis_open). */
+void        lapi_invalidations_open(lua_State *L);
 
 /* Between redis.c and redis_cluster.c: single servers (the cluster's nodes)... */
 typedef struct sgw_cluster sgw_cluster;
@@ -421,7 +424,7 @@ typedef struct sgw_request {
     char        arena[440];
 } sgw_request;
 
-/* A copy of s[0..n) (NUL-terminated) owned by req: from its arena while it
+/* request.c: a copy of s[0..n) (NUL-terminated) owned by req: from its arena while it
  * fits, else malloc'd. NULL when out of memory. req_strfree releases one. */
 char *req_strndup(sgw_request *req, const char *s, size_t n);
 void  req_strfree(sgw_request *req, char *p);
@@ -476,7 +479,8 @@ void loop_wait(sgw_worker *w, struct pollfd *fds, int n, int timeout_ms, uint64_
  * A complete request runs first on the socket thread that read it, in the
  * state of an idle worker (workers_run_inline); at its first blocking call it
  * migrates to that worker's own thread. */
-int  workers_start(int n);
+/* on_complete sends a finished request's answer (http_complete). */
+int  workers_start(int n, void (*on_complete)(sgw_request *req));
 enum { WORKERS_QUEUE, WORKERS_DONE, WORKERS_MIGRATE };
 /* WORKERS_DONE: req's response is filled in. WORKERS_MIGRATE: suspend the
  * connection, then call workers_migrate(req). WORKERS_QUEUE: nothing ran (no
@@ -489,14 +493,16 @@ int  workers_queue_depth(void);
 /* Opens connections and the Lua state of a worker; 0 ok. */
 int  worker_init(sgw_worker *w, int id, const char *role, char *err, size_t errlen);
 void worker_destroy(sgw_worker *w);
-/* The request coroutine a socket thread is running; NULL on every other
+/* --------------------------------------------------------------- migrate.c
+ * The request coroutine a socket thread is running; NULL on every other
  * thread and between requests. */
 extern _Thread_local lua_State *sgw_socket_co;
+void migrate_begin(lua_State *co);   /* the socket thread runs co */
+void migrate_end(void);
+int  migrate_asked(void);            /* the last run yielded to migrate */
 /* 1 when L is that coroutine and may yield (the binding then yields, see
  * SGW_MIGRATE_IF_SOCKET); 0 when it must block where it is (counted). */
 int  sgw_migrate_if_socket(lua_State *L);
-/* The request being run on this thread, or NULL (jobs, timers). */
-extern _Thread_local sgw_request *sgw_current_request;
 /* First statement of every host binding that may block: on a socket thread
  * it yields so the request migrates to its worker's thread, where k (which
  * runs the binding's body again: its arguments are still on the stack)
@@ -530,6 +536,11 @@ void lapi_metrics_open(lua_State *L);
 /* ----------------------------------------------------------------- admin.c */
 int  admin_start(void);
 void admin_stop(void);
+/* The process state /readyz reports, set by main.c. */
+extern atomic_int sgw_shutting_down;
+/* 1 once the database has every migration this sgw ships (serve waits for it
+ * before READY=1; /readyz answers 503 until then). */
+extern atomic_int sgw_schema_current;
 
 /* ---------------------------------------------------------------- notify.c
  * systemd's notification protocol ($NOTIFY_SOCKET); no-ops outside systemd. */
@@ -541,11 +552,5 @@ void     notify_reloading(void);             /* RELOADING=1 with MONOTONIC_USEC 
 uint64_t notify_watchdog_ms(void);           /* ping interval (half of WATCHDOG_USEC); 0: none */
 void     notify_watchdog_tick(void);         /* WATCHDOG=1 when the interval has passed */
 
-/* ------------------------------------------------------------------ main.c */
-extern atomic_int sgw_shutting_down;
-/* 1 once the database has every migration this sgw ships (serve waits for it
- * before READY=1; /readyz answers 503 until then). */
-extern atomic_int sgw_schema_current;
-extern atomic_int sgw_reload_requested;
 
 #endif

@@ -84,13 +84,8 @@ static int          nworkers;
 static double       budget_ms;
 static int          capacity;       /* http.requests_per_worker */
 
-/* The coroutine a socket thread is running, so that only its own yields
- * migrate (a handler's own coroutines block instead). */
-_Thread_local lua_State *sgw_socket_co;
-/* Set by the binding that yields to migrate; distinguishes that yield from
- * a handler yielding at its top level. */
-static _Thread_local int migrate_asked;
-_Thread_local sgw_request *sgw_current_request;
+/* How a request's answer goes out (the listener's http_complete). */
+static void (*complete)(sgw_request *req);
 
 /* Registry keys (by address) of a state's request coroutine and of
  * dispatch.handle. */
@@ -98,17 +93,6 @@ static char co_key, handle_key;
 
 /* What entry() hands back besides success: (code, message). */
 #define CODE_NO_DISPATCH (-1)
-
-int sgw_migrate_if_socket(lua_State *L) {
-    if (L == sgw_socket_co && lua_isyieldable(L)) {
-        migrate_asked = 1;
-        return 1;
-    }
-    /* Inside require, a sort comparator, a gsub callback or a handler's own
-     * coroutine: the socket thread waits. Rare, and counted so it shows. */
-    metrics_count("sgw_inline_blocking_total", NULL, 1);
-    return 0;
-}
 
 /* ------------------------------------------------------------ setup */
 
@@ -397,20 +381,16 @@ static lua_State *request_co(lua_State *L) {
 /* On the worker's own thread the coroutine may wait in its pool and its
  * transfers (the bindings check whose turn it is); on a socket thread it
  * migrates instead. */
-static int resume(sgw_worker *w, sgw_request *req, lua_State *co, int nargs, int *nres, int on_socket) {
-    migrate_asked = 0;
-    if (on_socket) sgw_socket_co = co;
-    sgw_current_request = req;
-    if (!on_socket) loop_set_current(w, co);
+static int resume(sgw_worker *w, lua_State *co, int nargs, int *nres, int on_socket) {
+    if (on_socket) migrate_begin(co);
+    else loop_set_current(w, co);
     budget_enter(co);
     int rc = lua_resume(co, w->L, nargs, nres);
     budget_leave();
-    if (!on_socket) loop_set_current(w, NULL);
-    sgw_socket_co = NULL;
-    sgw_current_request = NULL;
+    if (on_socket) migrate_end();
+    else loop_set_current(w, NULL);
     return rc;
 }
-
 
 static void log_handler_error(const sgw_request *req, const char *msg) {
     char line[8192];
@@ -488,7 +468,7 @@ static int start(sgw_worker *w, sgw_request *req, lua_State *co, int *nres, int 
     lua_pushcfunction(co, entry);
     lua_pushlightuserdata(co, req);
     budget_arm(co, budget_ms);
-    return resume(w, req, co, 1, nres, on_socket);
+    return resume(w, co, 1, nres, on_socket);
 }
 
 /* The end of every request on a worker's own thread. A state at its
@@ -561,7 +541,7 @@ int workers_run_inline(sgw_request *req) {
     lua_State *co = request_co(w->L);
     int nres;
     int rc = start(w, req, co, &nres, 1);
-    if (rc == LUA_YIELD && migrate_asked) {
+    if (rc == LUA_YIELD && migrate_asked()) {
         req->worker = hw;
         return WORKERS_MIGRATE;
     }
@@ -599,7 +579,7 @@ void workers_enqueue(sgw_request *req) {
          * that no connection stays suspended. */
         pthread_mutex_unlock(&qlock);
         internal_error(req, 503, "service_unavailable", "Service unavailable");
-        http_complete(req);
+        complete(req);
         return;
     }
     if (qtail) qtail->next = req;
@@ -639,7 +619,7 @@ static void end_running(http_worker *hw, int i, int rc, int nres) {
     int n = atomic_load(&hw->nrunning) - 1;
     hw->running[i] = hw->running[n];
     atomic_store(&hw->nrunning, n);
-    http_complete(rr.req);
+    complete(rr.req);
 }
 
 /* Runs one slice of running request i: it yields on its pool or its
@@ -647,7 +627,7 @@ static void end_running(http_worker *hw, int i, int rc, int nres) {
 static void step(http_worker *hw, int i, int nargs) {
     running_req *rr = &hw->running[i];
     int nres = 0;
-    int rc = resume(&hw->w, rr->req, rr->co, nargs, &nres, 0);
+    int rc = resume(&hw->w, rr->co, nargs, &nres, 0);
     if (rc == LUA_YIELD) {
         int waits = loop_owns(&hw->w, rr->co, nres);
         lua_pop(rr->co, nres);       /* else a stray yield: finish() answers 500 */
@@ -708,7 +688,7 @@ static void run_migrated(http_worker *hw, sgw_request *req) {
     if (i < 0) {
         internal_error(req, 500, "internal_error", "Internal error");
         hw->reset = 1;
-        http_complete(req);
+        complete(req);
         return;
     }
     step(hw, i, 0);
@@ -720,7 +700,7 @@ static void run_queued(http_worker *hw, sgw_request *req) {
     if (!w->L) {
         log_msg(LOG_ERROR, "worker_state", "worker %d has no Lua state", w->id);
         internal_error(req, 503, "service_unavailable", "Service unavailable");
-        http_complete(req);
+        complete(req);
         return;
     }
     int i = add_running(hw, req, NULL);
@@ -728,7 +708,7 @@ static void run_queued(http_worker *hw, sgw_request *req) {
         log_msg(LOG_ERROR, "worker_state", "worker %d: no memory left for a request coroutine", w->id);
         internal_error(req, 500, "internal_error", "Internal error");
         hw->reset = 1;
-        http_complete(req);
+        complete(req);
         return;
     }
     running_req *rr = &hw->running[i];
@@ -865,7 +845,8 @@ fail:
     return -1;
 }
 
-int workers_start(int n) {
+int workers_start(int n, void (*on_complete)(sgw_request *req)) {
+    complete = on_complete;
     budget_ms = config_num("lua.handler_budget_ms");
     capacity = (int)config_int("http.requests_per_worker");
     long long pool = config_int("database.pool_size");
