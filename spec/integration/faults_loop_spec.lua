@@ -203,4 +203,126 @@ describe("faults under load", function()
       assert.are.equal(1, times_published("Published before the restart"))
     end)
   end)
+
+  describe("Redis restarted", function()
+    local redis, sgw, flow, victim, limited
+    local CLIENTS = 3
+
+    setup(function()
+      redis = own_services.redis()
+      redis.start()
+      sgw = stack.start_sgw { name = "faults_loop_redis", redis_url = redis.url,
+        set = { ["http.workers"] = 2, ["redis.retry_interval_ms"] = 100 } }
+      local company = stack.cli(sgw, { "company", "create", "--name", "Redis Co" }).companyId
+      local function client(limit)
+        return stack.cli(sgw, { "client", "create", "--company", company, "--environment", "test",
+          "--scopes", "accounts:read posts:read", "--rate-limit", tostring(limit) })
+      end
+      flow, victim, limited = client(1000000), client(1000000), client(3)
+    end)
+
+    teardown(function()
+      steady_load.stop_all()
+      stack.cleanup()
+      if redis then redis.kill() end
+    end)
+
+    local function get(client)
+      return sgw:request("GET", "/api/v1/social-accounts", { headers = { ["X-Api-Key"] = client.apiKey } })
+    end
+
+    local function assert_rate_limited(status, body, headers)
+      assert.are.equal(429, status, body)
+      assert.are.equal("rate_limited", cjson.decode(body).code)
+      assert.matches("^%d+$", headers["retry-after"] or "")
+    end
+
+    it("keeps answering while it restarts, then limits again, and a revoked key stops working at once", function()
+      local function from(client) return { ["X-Api-Key"] = client.apiKey } end
+      local names = { "accounts", "posts", "victim" }
+      local load = steady_load.start(sgw.base_url, { clients = CLIENTS, requests = {
+        { name = "accounts", method = "GET", path = "/api/v1/social-accounts", headers = from(flow) },
+        { name = "posts", method = "GET", path = "/api/v1/posts?limit=5", headers = from(flow) },
+        { name = "victim", method = "GET", path = "/api/v1/social-accounts", headers = from(victim) },
+      } })
+      local function answered_after(since, list)
+        return function(answers)
+          return each_client_saw(answers, CLIENTS, list or names, since, function(a) return a.status ~= nil end)
+        end
+      end
+      load.wait_for(answered_after(0), 30, "every client to be answered")
+      for _ = 1, 3 do assert.are.equal(200, (get(limited))) end
+      assert_rate_limited(get(limited))
+
+      redis.stop()
+      local down = stack.now()
+      load.wait_for(answered_after(down), 30, "every client to be answered while Redis is down")
+      -- The rate limit fails open (README, Rate limits): served, the
+      -- allowance shown full, and /readyz says degraded.
+      local status, body, headers = get(limited)
+      assert.are.equal(200, status, body)
+      assert.are.equal("3", headers["x-ratelimit-remaining"])
+      status, body = sgw:admin("GET", "/readyz")
+      assert.are.equal(503, status)
+      assert.truthy(body:find('"redis":"unreachable"', 1, true), body)
+
+      redis.start()
+      stack.eventually(function() return (sgw:admin("GET", "/readyz")) == 200 end, 15, 0.05, "/readyz to be ready again")
+      stack.eventually(function() return (get(limited)) == 429 end, 15, 0.05, "the limited client to get 429 again")
+      assert_rate_limited(get(limited))
+
+      -- Revocation is immediate (README, Authentication), for every worker
+      -- and connection, though each had the key cached before Redis went away.
+      local revoking = stack.now()
+      stack.cli(sgw, { "client", "revoke", "--client", victim.clientId })
+      local revoked = stack.now()
+      load.wait_for(answered_after(revoked, { "victim" }), 30, "every client to send the revoked key again")
+      local answers = load.stop()
+      assert.are.equal(401, (get(victim)))
+      assert.are.equal(200, (get(flow)))
+      assert.is_true(sgw:alive())
+
+      for _, a in ipairs(answers) do
+        local what = a.name .. " (client " .. a.client .. ", #" .. a.n .. ")"
+        assert.is_nil(a.error, what .. ": no answer: " .. tostring(a.error))
+        if a.name == "victim" and a.started >= revoked then
+          assert.are.equal(401, a.status, what .. " after the revocation; all: " .. summary(answers))
+        elseif a.name ~= "victim" or a.ended < revoking then
+          assert.are.equal(200, a.status, what .. "; all: " .. summary(answers))
+        else
+          assert.is_true(a.status == 200 or a.status == 401, what .. " during the revocation: " .. a.status)
+        end
+      end
+    end)
+  end)
+
+  describe("a handler that never yields back to its worker's loop", function()
+    local BUDGET_MS = 1000
+
+    it("is stopped at its budget, and the requests queued behind it are answered", function()
+      local root = fixture_root.create("faults_loop")
+      local sgw = stack.start_sgw { name = "faults_loop_budget", set = { ["lua.root"] = root, ["http.workers"] = 1,
+        ["lua.handler_budget_ms"] = BUDGET_MS, ["api.rate_limit.anonymous_per_minute"] = 1000000 } }
+      -- The loop starts after a query moved the request to the worker's thread.
+      local looping = steady_load.burst(sgw, 1, "/test/loop?after_query=1")
+      stack.eventually(function()
+        local _, text = sgw:admin("GET", "/metrics")
+        local n = text and tonumber(text:match("\nsgw_http_inflight_requests (%d+)"))
+        return n and n >= 1
+      end, 10, 0.01, "the looping request to be in flight")
+      local queued = steady_load.burst(sgw, 6, "/test/mixed?sleep=0")
+      local statuses, seconds = looping(20)
+      assert.are.same({ "500" }, statuses)
+      assert.is_true(seconds[1] < BUDGET_MS / 1000 + 1.5, "stopped after " .. seconds[1] .. " s")
+      -- They waited for the worker's loop, not for their own budget: each is
+      -- answered once the loop is stopped.
+      statuses, seconds = queued(20)
+      assert.are.same({ "200", "200", "200", "200", "200", "200" }, statuses)
+      for _, took in ipairs(seconds) do
+        assert.is_true(took < BUDGET_MS / 1000 + 1.5, "answered after " .. took .. " s")
+      end
+      assert.are.same({ "200" }, steady_load.burst(sgw, 1, "/test/mixed?sleep=0")(10))
+      assert.are.equal(0, sgw.stop())
+    end)
+  end)
 end)
