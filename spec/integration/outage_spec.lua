@@ -5,18 +5,13 @@
 -- 202; nothing half-made is left behind; once PostgreSQL is back the same
 -- sgw serves everything again. Redis stays up (its outages fail open).
 local stack = require "stack"
+local own_services = require "own_services"
 local cjson = require "cjson.safe"
 
 local SCOPES = "accounts:read posts:read posts:write operations:read comments:read comments:write sandbox:write"
 
 describe("a PostgreSQL outage", function()
-  local dir, port, url, sgw, key, fresh_key, client, post_id, target, comment
-
-  local function start_pg()
-    local code, out = stack.sh("bash spec/support/services start " .. stack.shell_quote(dir)
-      .. " --without-redis --pg-port " .. port .. " --database sgw_outage")
-    assert(code == 0, out)
-  end
+  local pg, url, sgw, key, fresh_key, client, post_id, target, comment
 
   local function api(method, path, body, k, extra)
     local h = { ["X-Api-Key"] = k or key }
@@ -37,10 +32,8 @@ describe("a PostgreSQL outage", function()
   end
 
   setup(function()
-    dir = stack.build_dir() .. "/test-services/outage-pg-" .. stack.free_port()
-    port = stack.free_port()
-    start_pg()
-    url = "postgresql://postgres@127.0.0.1:" .. port .. "/sgw_outage"
+    pg = own_services.postgres("outage", "sgw_outage")
+    url = pg.url
     sgw = stack.start_sgw { name = "outage", database_url = url,
       set = { ["crypto.encryption_key"] = stack.ENCRYPTION_KEY, ["api.rate_limit.per_minute"] = 1000000 } }
     local company = stack.cli(sgw, { "company", "create", "--name", "Outage Co" }).companyId
@@ -65,7 +58,7 @@ describe("a PostgreSQL outage", function()
 
   teardown(function()
     stack.cleanup()
-    if dir then stack.sh("bash spec/support/services stop " .. stack.shell_quote(dir) .. " --purge") end
+    if pg then pg.purge() end
   end)
 
   local function assert_unavailable(what, status, body, headers)
@@ -78,8 +71,7 @@ describe("a PostgreSQL outage", function()
     -- The worker caches the key's identity: the first calls go past
     -- authentication, the fresh key's does not.
     assert.are.equal(200, (api("GET", "/api/v1/social-accounts")))
-    local code, out = stack.sh("bash spec/support/services stop " .. stack.shell_quote(dir))
-    assert(code == 0, out)
+    pg.stop()
 
     local status, body, headers = api("GET", "/api/v1/posts/" .. post_id)
     assert_unavailable("GET /posts/{id}", status, body, headers)
@@ -104,7 +96,7 @@ describe("a PostgreSQL outage", function()
     assert.matches("^text/html", h["content-type"])
     assert.matches("Temporarily unavailable", text)
 
-    start_pg()
+    pg.start()
     -- The same sgw, not restarted: everything works again.
     stack.eventually(function() return (api("GET", "/api/v1/posts/" .. post_id)) == 200 end, 30, 0.1,
       "sgw to reach PostgreSQL again")

@@ -6,6 +6,7 @@
 -- none is published twice, as the fake's own record shows.
 local stack = require "stack"
 local fake_graph = require "fake_graph"
+local own_services = require "own_services"
 local cjson = require "cjson.safe"
 
 local ENCRYPTION_KEY = stack.ENCRYPTION_KEY
@@ -254,28 +255,21 @@ describe("publishing through crashes", function()
   end)
 
   it("loses and duplicates nothing when PostgreSQL restarts in the middle", function()
-    local dir = stack.build_dir() .. "/test-services/faults-pg-" .. stack.free_port()
-    local port = stack.free_port()
-    local code, out = stack.sh("bash spec/support/services start " .. stack.shell_quote(dir)
-      .. " --without-redis --pg-port " .. port .. " --database sgw_faults")
-    assert(code == 0, out)
-    local url = "postgresql://postgres@127.0.0.1:" .. port .. "/sgw_faults"
+    local pg = own_services.postgres("faults", "sgw_faults")
+    local url = pg.url
     local fake = fake_graph.start({ latency_ms = 300 })
     local sgw = stack.start_sgw { name = "faults-pg", set = settings(fake), database_url = url }
     local t = tenant(sgw, fake)
     local ops = {}
     for i = 1, 20 do ops[i] = t.text("PG restart " .. i) end
     stack.eventually(function() return fake.published(t.page.id).total > 0 end, 20, 0.05, "publishing under way")
-    code, out = stack.sh("bash spec/support/services stop " .. stack.shell_quote(dir))
-    assert(code == 0, out)
+    pg.stop()
     stack.sleep(1)
-    code, out = stack.sh("bash spec/support/services start " .. stack.shell_quote(dir)
-      .. " --without-redis --pg-port " .. port .. " --database sgw_faults")
-    assert(code == 0, out)
+    pg.start()
     for _, b in ipairs(ops) do assert.are.equal("succeeded", t.wait(b.operationId, 120).status) end
     for i = 1, 20 do assert.are.equal(1, times_published(fake, t.page.id, "PG restart " .. i), "PG restart " .. i) end
     assert.is_true(sgw:alive(), "sgw survived the database restart")
     sgw:stop()
-    stack.sh("bash spec/support/services stop " .. stack.shell_quote(dir) .. " --purge")
+    pg.purge()
   end)
 end)

@@ -7,39 +7,10 @@
 -- redis.namespace (spec/support/stack.lua), which keeps specs apart.
 local stack = require "stack"
 local redis_cluster = require "redis_cluster"
+local own_services = require "own_services"
 local cjson = require "cjson.safe"
 
 local function cluster_backend(name) return name ~= "one Redis" end
-
-local q = stack.shell_quote
-
--- A private redis-server on a free port: start(), kill() (like a crash), start() again.
-local function private_redis()
-  local port = stack.free_port()
-  local dir = stack.build_dir() .. "/test-logs/ratelimit-redis-" .. port
-  local r = { port = port, url = "redis://127.0.0.1:" .. port }
-  function r.start()
-    os.execute("mkdir -p " .. q(dir))
-    local code, out = stack.sh("redis-server --port " .. port .. " --bind 127.0.0.1 --daemonize yes"
-      .. " --pidfile " .. q(dir .. "/redis.pid") .. " --logfile " .. q(dir .. "/redis.log")
-      .. " --dir " .. q(dir) .. " --save '' --appendonly no")
-    assert(code == 0, "redis-server did not start: " .. out)
-    stack.eventually(function()
-      local _, pong = stack.sh("redis-cli -p " .. port .. " ping")
-      return pong:match("PONG")
-    end, 10, 0.05, "redis answers PING")
-    local f = assert(io.open(dir .. "/redis.pid"))
-    r.pid = tonumber(f:read("a"):match("%d+"))
-    f:close()
-  end
-  function r.kill()
-    if not r.pid then return end
-    os.execute("kill -KILL " .. r.pid)
-    stack.eventually(function() return stack.sh("kill -0 " .. r.pid) ~= 0 end, 10, 0.05, "redis gone")
-    r.pid = nil
-  end
-  return r
-end
 
 local function header_int(headers, name)
   return tonumber(headers[name] or "")
@@ -88,7 +59,7 @@ describe("rate limits", function()
   local redis_servers = {}
 
   local function new_redis()
-    local r = private_redis()
+    local r = own_services.redis()
     r.start()
     redis_servers[#redis_servers + 1] = r
     return r

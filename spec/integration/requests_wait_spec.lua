@@ -8,29 +8,7 @@ local cjson = require("cjson")
 local fixture_root = require("fixture_root")
 local slow_server = require("slow_server")
 
-local q = stack.shell_quote
-
--- Sends n GETs of path at once in the background; returns a function that
--- waits (with a deadline) until all have answered and gives their statuses.
-local function fire(inst, n, path)
-  local dir = stack.build_dir() .. "/test-roots/" .. stack.unique_name("fire")
-  assert(stack.sh("mkdir -p " .. q(dir)) == 0)
-  local codes, done = dir .. "/codes", dir .. "/done"
-  local url = inst.base_url .. path
-  assert(stack.sh("((for i in $(seq " .. n .. "); do curl -s -m 60 -o /dev/null -w '%{http_code}\\n' "
-    .. q(url) .. " >> " .. q(codes) .. " & done; wait; touch " .. q(done) .. ") > /dev/null 2>&1 &)") == 0)
-  return function(timeout)
-    stack.eventually(function()
-      local f = io.open(done)
-      if f then f:close() end
-      return f ~= nil
-    end, timeout, 0.1, n .. " requests to " .. path .. " to answer")
-    local statuses = {}
-    for line in io.lines(codes) do statuses[#statuses + 1] = line end
-    stack.sh("rm -rf " .. q(dir))
-    return statuses
-  end
-end
+local fire = require("steady_load").burst
 
 local function all_equal(list, value)
   for _, v in ipairs(list) do
