@@ -553,6 +553,7 @@ static lua_State *state_new(sgw_gen *g, sgw_worker *w, int preload, char *err, s
     lapi_crypto_open(L);
     lapi_json_open(L);
     lapi_metrics_open(L);
+    lapi_shared_open(L);
     lapi_db_open(L, w);
     lapi_redis_open(L, w);
     lapi_http_open(L, w);
