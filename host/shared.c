@@ -359,9 +359,13 @@ int shared_start(char *err, size_t errlen) {
                  "shared.max_value_bytes at least 0");
         return -1;
     }
-    if ((unsigned long long)value > (unsigned long long)bytes / MAX_SHARDS) {
-        snprintf(err, errlen, "shared.max_value_bytes (%lld) must be at most shared.max_bytes / %d (%lld): "
-                 "the bytes are split among the store's shards", value, MAX_SHARDS, bytes / MAX_SHARDS);
+    /* The largest entry (key, value, bookkeeping) must fit in a shard's part. */
+    long long room = bytes / MAX_SHARDS - (long long)entry_size(SHARED_MAX_KEY, 0);
+    if (value > room) {
+        snprintf(err, errlen, "shared.max_value_bytes (%lld) must be at most %lld with shared.max_bytes = %lld: "
+                 "each of the store's %d shards holds 1/%d of the bytes, and a key and its bookkeeping take "
+                 "up to %zu more", value, room > 0 ? room : 0, bytes, MAX_SHARDS, MAX_SHARDS,
+                 entry_size(SHARED_MAX_KEY, 0));
         return -1;
     }
     process_store = shared_new((size_t)entries, (size_t)bytes, (size_t)value, NULL);
