@@ -461,7 +461,8 @@ static void build_sandbox(lua_State *L) {
                                   "rawequal", "rawget", "rawlen", "rawset", "select", "setmetatable",
                                   "getmetatable", "tonumber", "tostring", "type", "_VERSION",
                                   "string", "table", "math", "utf8", "coroutine",
-                                  "db", "redis", "http", "crypto", "jsonc", "log", "clock", "config", "metrics", NULL };
+                                  "db", "redis", "http", "crypto", "jsonc", "log", "clock", "config", "metrics",
+                                  "shared", NULL };
     lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
     int real = lua_gettop(L);
     lua_newtable(L);
@@ -553,6 +554,7 @@ static lua_State *state_new(sgw_gen *g, sgw_worker *w, int preload, char *err, s
     lapi_crypto_open(L);
     lapi_json_open(L);
     lapi_metrics_open(L);
+    lapi_shared_open(L);
     lapi_db_open(L, w);
     lapi_redis_open(L, w);
     lapi_invalidations_open(L);

@@ -604,7 +604,15 @@ int main(int argc, char **argv) {
     }
     /* A configuration that does not load is what doctor is asked about. */
     if (load_config(argc, argv)) return strcmp(c->name, "doctor") == 0 ? 1 : 2;
+    /* Before any Lua state: every state of the process shares it. */
+    char err[512];
+    if (shared_start(err, sizeof err)) {
+        fprintf(stderr, "sgw: %s\n", err);
+        config_free();
+        return 2;
+    }
     int rc = c->run(&a);
+    shared_stop();
     config_free();
     return rc;
 }

@@ -3,7 +3,7 @@
  *
  * Each concern lives in its own file (config.c, http.c, router.c, worker.c,
  * luart.c, budget.c, pg.c, pgpool.c, redis.c, httpc.c, crypto.c, json.c, jobs.c, log.c, metrics.c,
- * admin.c, main.c); this header is the one place where they meet. The host
+ * shared.c, admin.c, main.c); this header is the one place where they meet. The host
  * knows nothing of posts or comments: that is Lua's business.
  */
 #ifndef SGW_H
@@ -88,6 +88,56 @@ void lapi_crypto_open(lua_State *L);
  * encoder in C (see docs/host-api.md). luaopen_jsonc returns the table. */
 int  luaopen_jsonc(lua_State *L);
 void lapi_json_open(lua_State *L);
+
+/* ---------------------------------------------------------------- shared.c
+ * One bounded key/value store for every Lua state of the process (global
+ * `shared`, see docs/host-api.md): sharded by key hash, a lock per shard,
+ * least recently used entries evicted when full, a time to live per entry
+ * on the monotonic clock. Keys are binary-safe strings of 1 to
+ * SHARED_MAX_KEY bytes; values are copied in and out. */
+typedef struct sgw_shared sgw_shared;
+enum { SHARED_STRING = 1, SHARED_INTEGER, SHARED_NUMBER, SHARED_BOOLEAN };
+enum { SHARED_SET, SHARED_ADD, SHARED_REPLACE };
+enum { SHARED_OK, SHARED_EXISTS, SHARED_NOT_FOUND, SHARED_NOT_NUMBER, SHARED_TOO_BIG, SHARED_NO_MEMORY };
+#define SHARED_MAX_KEY 250
+typedef struct shared_value {
+    int         type;          /* SHARED_STRING ... */
+    long long   i;             /* SHARED_INTEGER; SHARED_BOOLEAN: 0 or 1 */
+    double      n;             /* SHARED_NUMBER */
+    const char *s;             /* SHARED_STRING: len bytes */
+    size_t      len;
+} shared_value;
+/* max_entries and max_bytes (keys, values and bookkeeping) bound the whole
+ * store; now_ms (NULL: clock_mono_ms) is the clock of the times to live.
+ * NULL when out of memory or max_entries is 0. */
+sgw_shared *shared_new(size_t max_entries, size_t max_bytes, size_t max_value_bytes, uint64_t (*now_ms)(void));
+void        shared_free(sgw_shared *s);
+size_t      shared_max_value_bytes(const sgw_shared *s);
+/* 1 with the value in *out, 0 when absent or expired. A string is copied
+ * into buf when it fits in cap bytes (out->s = buf); otherwise out->s is
+ * NULL and out->len says how much room it needs. *ttl_left (may be NULL):
+ * milliseconds left, 0 when it never expires. */
+int         shared_get(sgw_shared *s, const char *key, size_t klen, shared_value *out, char *buf, size_t cap,
+                       uint64_t *ttl_left);
+/* mode SHARED_SET, SHARED_ADD (SHARED_EXISTS when live) or SHARED_REPLACE
+ * (SHARED_NOT_FOUND when not); ttl_ms 0: no expiry. SHARED_TOO_BIG: a
+ * string over max_value_bytes. */
+int         shared_put(sgw_shared *s, const char *key, size_t klen, const shared_value *v, uint64_t ttl_ms, int mode);
+/* Adds delta to a number atomically (integers stay integers, wrapping; a
+ * float on either side gives a float) into *out. A missing key starts at
+ * init with init_ttl_ms, or is SHARED_NOT_FOUND when init is NULL;
+ * SHARED_NOT_NUMBER when the value is not a number. */
+int         shared_incr(sgw_shared *s, const char *key, size_t klen, const shared_value *delta,
+                        const shared_value *init, uint64_t init_ttl_ms, shared_value *out);
+int         shared_delete(sgw_shared *s, const char *key, size_t klen);   /* 1 when it was there */
+size_t      shared_flush_expired(sgw_shared *s, size_t max);              /* max 0: all */
+size_t      shared_count(sgw_shared *s);
+/* The process's store, from shared.max_entries, shared.max_bytes and
+ * shared.max_value_bytes: made once before any Lua state, freed at exit. */
+int         shared_start(char *err, size_t errlen);
+void        shared_stop(void);
+/* Global `shared`: get, set, add, replace, incr, delete, ttl, flush_expired. */
+void        lapi_shared_open(lua_State *L);
 
 /* ----------------------------------------------------------------- worker
  * A worker is one thread with its own Lua state and its own connections. */

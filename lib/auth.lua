@@ -44,9 +44,9 @@ end
 
 -- Returns identity, or nil; the second value is a refusal detail when a
 -- credential was presented but is not valid (so the caller answers 401 even
--- on routes that would not need one). The third is true when the identity
--- came from the worker's cache and must be confirmed once the credential
--- epoch is known.
+-- on routes that would not need one). The third, when the identity came
+-- from the cache, is the cache generation it came from: it must be
+-- confirmed once the credential epoch is known (credentials.observe_epoch).
 function M.identify(req, use_cache)
   local credential, why = M.presented(req)
   if credential == nil then return nil end

@@ -1,15 +1,17 @@
 -- Credentials of API clients: making them, storing only their hashes, and
 -- finding who a presented key or access token belongs to.
 --
--- Lookups are cached per worker for api.credential_cache_seconds. Rotation
--- and revocation bump a counter in Redis (EPOCH_NAME, one copy per rate-limit
--- tag: lib/ratelimit.lua); the rate limiter reads it in the same round trip
--- it makes anyway, and a worker that sees it move
--- drops its cache, so a revoked key stops working on every instance at once
--- without a database query per request. They also publish the change
--- (redis.invalidate), which every instance's host counts: a worker that sees
--- the count move drops its cache too. That is what guards requests served
--- from a rate-limit block, which do not go to Redis (lib/ratelimit.lua).
+-- Lookups are cached for api.credential_cache_seconds in the process's
+-- shared store (host: `shared`), so every worker of the process, request or
+-- job, finds what any of them looked up. Rotation and revocation bump a
+-- counter in Redis (EPOCH_NAME, one copy per rate-limit tag:
+-- lib/ratelimit.lua); the rate limiter reads it in the same round trip it
+-- makes anyway, and a worker that sees it move drops the cache, so a revoked
+-- key stops working on every instance at once without a database query per
+-- request. They also publish the change (redis.invalidate), which every
+-- instance's host counts: a worker that sees the count move drops the cache
+-- too. That is what guards requests served from a rate-limit block, which do
+-- not go to Redis (lib/ratelimit.lua).
 local scopes = require "scopes"
 local secrets = require "secrets"
 local ratelimit = require "ratelimit"
@@ -76,58 +78,97 @@ end
 
 -- --------------------------------------------------------------- cache
 
-local cache, cache_size, cache_epoch = {}, 0, nil
-local CACHE_MAX = 10000
+-- Entries live in the shared store under their cache generation:
+-- <ENTRY_PREFIX><generation>:<the credential's binary SHA-256> (the raw
+-- credential is never kept). Dropping the cache is moving the generation:
+-- older entries are never read again and leave by their time to live or as
+-- the store's least recently used. The store bounds their number
+-- (shared.max_entries, with whatever else it holds).
+local GENERATION_KEY = "credentials:generation"
+local EPOCH_KEY = "credentials:epoch"       -- the epoch last seen by any worker
+local CHANGES_KEY = "credentials:changes"   -- the host's count last seen
+local ENTRY_PREFIX = "credentials:"
 
-local function cache_clear()
-  cache, cache_size = {}, 0
+local function generation()
+  return shared.get(GENERATION_KEY) or 0
 end
 
--- Called with the epoch the rate limiter read; nil means Redis did not
--- answer, so nothing cached can be trusted.
-function M.observe_epoch(epoch)
-  if epoch == nil or epoch ~= cache_epoch then
+-- The generation moves before the epoch or count that made it move is
+-- written: a worker that finds the new number already there reads the new
+-- generation after it, never an entry of the old one.
+local function cache_clear()
+  shared.incr(GENERATION_KEY, 1, 0)
+end
+
+-- Called with the epoch the rate limiter read (nil: Redis did not answer,
+-- so nothing cached can be trusted) and, for an identity that came from the
+-- cache, the generation it came from. True when the cache was dropped since
+-- then, by this call or by another worker's: such an identity must be
+-- looked up again.
+function M.observe_epoch(epoch, cached_generation)
+  if epoch == nil then
     cache_clear()
-    cache_epoch = epoch
+    shared.delete(EPOCH_KEY)
     return true
   end
-  return false
-end
-
--- The host's count of credential-change news (nil while it cannot hear
--- them; then the epoch read with every rate-limit call guards the cache).
-local seen_changes
-
--- Entries are found by the credential's binary SHA-256: 32 bytes make a
--- short Lua string, which Lua interns, so a credential seen before costs no
--- new string and the lookup compares pointers. The raw credential is never
--- kept.
-local function cache_get(digest, now)
-  local changes = redis and redis.invalidations and redis.invalidations()
-  if changes and changes ~= seen_changes then
-    seen_changes = changes
+  if shared.get(EPOCH_KEY) ~= epoch then
     cache_clear()
-    return nil
+    shared.set(EPOCH_KEY, epoch)
+    return true
   end
-  local e = cache[digest]
-  if not e then return nil end
-  if now > e.expires then
-    cache[digest] = nil
-    cache_size = cache_size - 1
-    return nil
-  end
-  return e.ident
+  return cached_generation ~= nil and cached_generation ~= generation()
 end
 
-local function cache_put(digest, ident, now)
-  if cache_size >= CACHE_MAX then cache_clear() end
-  if not cache[digest] then cache_size = cache_size + 1 end
-  cache[digest] = { ident = ident, expires = now + config.get("api.credential_cache_seconds") }
+-- An identity is kept as the row it was made from, one line per field,
+-- since the store holds strings; each worker remembers the tables it made
+-- from them (made once per worker, not per request).
+local ROW_PATTERN = "^(.-)\n(.-)\n(.-)\n(.-)\n(.-)\n(.-)\n(.-)\n(.*)$"
+local decoded, decoded_size, DECODED_MAX = {}, 0, 10000
+
+local function encode(row, kind)
+  local expires = row.expires_epoch and string.format("%.17g", row.expires_epoch) or ""
+  return table.concat({ kind, row.hash, row.client_id, row.company_id, row.environment, row.scopes or "",
+    tostring(row.rate_limit_per_minute or ""), expires }, "\n")
+end
+
+local identity
+
+local function decode(text)
+  local ident = decoded[text]
+  if ident then return ident end
+  local kind, hash, client_id, company_id, environment, scope_text, rate_limit, expires = text:match(ROW_PATTERN)
+  if not kind then return nil end
+  ident = identity({ hash = hash, client_id = client_id, company_id = company_id, environment = environment,
+    scopes = scope_text, rate_limit_per_minute = tonumber(rate_limit),
+    expires_epoch = tonumber(expires) }, kind)
+  if decoded_size >= DECODED_MAX then decoded, decoded_size = {}, 0 end
+  decoded[text], decoded_size = ident, decoded_size + 1
+  return ident
+end
+
+-- The identity cached for digest in generation gen, or nil.
+local function cache_get(digest, gen)
+  local changes = redis and redis.invalidations and redis.invalidations()
+  if changes and changes ~= shared.get(CHANGES_KEY) then
+    cache_clear()
+    shared.set(CHANGES_KEY, changes)
+    return nil
+  end
+  local text = shared.get(ENTRY_PREFIX .. gen .. ":" .. digest)
+  return text and decode(text)
+end
+
+-- Kept under the generation read before the database was asked: when the
+-- cache was dropped meanwhile, the row may predate the change, and the
+-- entry is never read.
+local function cache_put(digest, gen, row, kind)
+  local ttl_ms = math.floor(config.get("api.credential_cache_seconds") * 1000)
+  if ttl_ms > 0 then shared.set(ENTRY_PREFIX .. gen .. ":" .. digest, encode(row, kind), ttl_ms) end
 end
 
 -- --------------------------------------------------------------- lookups
 
-local function identity(row, kind)
+function identity(row, kind)
   local list = scopes.from_text(row.scopes)
   return {
     client_id = row.client_id,
@@ -165,19 +206,20 @@ end
 -- Finds the identity behind a presented credential. Returns the identity,
 -- or nil and a reason for the log (never for the client: every refusal
 -- reads the same, so nothing tells whether a key exists). The third value
--- is true when the answer came from the cache. Raises when the database
--- cannot answer.
+-- is the cache generation the answer came from, when it came from the
+-- cache (for observe_epoch). Raises when the database cannot answer.
 function M.lookup(credential, use_cache)
   if #credential > MAX_CREDENTIAL_LENGTH then return nil, "malformed" end
   local digest = crypto.sha256(credential)
   local now = clock.now()
+  local gen = use_cache and generation()
   -- A cached identity came from this very credential, checked in full when
   -- it was cached: the shape checks below are for the first time only.
   if use_cache then
-    local ident = cache_get(digest, now)
+    local ident = cache_get(digest, gen)
     if ident then
       if expired(ident, now) then return nil, "expired" end
-      return ident, nil, true
+      return ident, nil, gen
     end
   end
   local kind, sql
@@ -200,7 +242,7 @@ function M.lookup(credential, use_cache)
   if kind == "api_key" and M.api_key_environment(credential) ~= ident.environment then
     return nil, "environment mismatch"
   end
-  if use_cache then cache_put(digest, ident, now) end
+  if use_cache then cache_put(digest, gen, row, kind) end
   if expired(ident, now) then return nil, "expired" end
   return ident
 end

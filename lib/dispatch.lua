@@ -103,9 +103,9 @@ local function identify_and_limit(req, route)
     key, limit = "addr:" .. (req.remote_addr or "?"), config.get("api.rate_limit.anonymous_per_minute")
   end
   local rl = ratelimit.check(key, limit, credentials.EPOCH_NAME)
-  if credentials.observe_epoch(rl.epoch) and cached then
-    -- Credentials changed somewhere (rotation, revocation) since this worker
-    -- cached them, or Redis cannot say: ask PostgreSQL.
+  if credentials.observe_epoch(rl.epoch, cached) and cached then
+    -- Credentials changed somewhere (rotation, revocation) since they were
+    -- cached, or Redis cannot say: ask PostgreSQL.
     ident, refusal = auth.identify(req, rl.epoch ~= nil)
   end
   return ident, refusal, rl

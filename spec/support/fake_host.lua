@@ -1,7 +1,8 @@
 -- A fake of the host's globals for unit specs of lib/ and handlers/: config
--- from config/sgw.conf (with overrides), a settable clock, a silent log, and
--- the few crypto functions pure code needs. Anything else is left out on
--- purpose, so a unit under test that reaches for I/O fails loudly.
+-- from config/sgw.conf (with overrides), a settable clock, a silent log, the
+-- shared store, and the few crypto functions pure code needs. Anything else
+-- is left out on purpose, so a unit under test that reaches for I/O fails
+-- loudly.
 local M = {}
 
 local function read_defaults()
@@ -30,6 +31,41 @@ function M.install(overrides)
     iso = function(t) return os.date("!%Y-%m-%dT%H:%M:%S.000Z", math.floor(t or now)) end,
   }
   _G.metrics = { inc = function() end, set = function() end }
+  -- The process's shared store, unbounded, its times to live on the clock above.
+  local store = {}
+  local function live(key)
+    local e = store[key]
+    if e and e.expires and e.expires <= now * 1000 then store[key], e = nil, nil end
+    return e
+  end
+  local function put(key, value, ttl_ms)
+    store[key] = { value = value, expires = (ttl_ms or 0) > 0 and now * 1000 + ttl_ms or nil }
+    return true
+  end
+  _G.shared = {
+    get = function(key) local e = live(key) return e and e.value end,
+    set = put,
+    add = function(key, value, ttl_ms)
+      if live(key) then return false, "exists" end
+      return put(key, value, ttl_ms)
+    end,
+    replace = function(key, value, ttl_ms)
+      if not live(key) then return false, "not found" end
+      return put(key, value, ttl_ms)
+    end,
+    incr = function(key, delta, init, init_ttl_ms)
+      local e = live(key)
+      if not e then
+        if init == nil then return nil, "not found" end
+        put(key, init, init_ttl_ms)
+        e = store[key]
+      end
+      assert(type(e.value) == "number", "shared.incr: the value of this key is not a number")
+      e.value = e.value + delta
+      return e.value
+    end,
+    delete = function(key) local e = live(key) store[key] = nil return e ~= nil end,
+  }
   -- Files of the checkout, as the host's asset() gives those of the loaded code.
   _G.asset = function(path)
     local f = io.open(path, "rb")

@@ -35,6 +35,15 @@ describe("credentials", function()
     assert.is_true(credentials.observe_epoch(2))
     assert.is_true(credentials.observe_epoch(nil))
   end)
+
+  it("sends an identity cached before another worker dropped the cache back to the database", function()
+    credentials.observe_epoch(7)
+    local generation = shared.get("credentials:generation")
+    assert.is_false(credentials.observe_epoch(7, generation))
+    assert.is_true(credentials.observe_epoch(8))   -- another worker saw the change first
+    assert.is_true(credentials.observe_epoch(8, generation))
+    assert.is_false(credentials.observe_epoch(8, shared.get("credentials:generation")))
+  end)
 end)
 
 describe("auth.presented", function()
