@@ -9,6 +9,10 @@
 --      the resource and the remembered response commit together or not at all;
 --   3. a response that is not remembered (4xx, 5xx, an error) rolls back what
 --      the handler wrote and gives up the claim, so the client may try again.
+--      When giving it up fails too (the database went away: the client got
+--      503 and will retry), the process remembers the claim it owes, and the
+--      retry with the key gives it up before claiming (the same instance; on
+--      another one it is taken over after LOCK_SECONDS).
 --
 -- Because of 2., a handler behind a key cannot make outbound HTTP calls (the
 -- host refuses them inside a transaction): it enqueues a job instead, or makes
@@ -147,6 +151,25 @@ local function ttl_seconds()
   return (tonumber(config.get("api.idempotency_ttl_hours")) or 24) * 3600
 end
 
+-- Claims this process could not give up, by scope and key: the owner (its
+-- request id) for LOCK_SECONDS, in the store every worker shares.
+local function owed_key(scope, key)
+  return "idempotency:owed:" .. crypto.sha256_hex(scope .. "\0" .. key)
+end
+
+local function owe_release(scope, key, owner)
+  shared.set(owed_key(scope, key), owner, M.LOCK_SECONDS * 1000)
+end
+
+-- Gives up an owed claim of the in-flight row `row`; true when it did.
+local function pay_owed_release(scope, key, row)
+  local k = owed_key(scope, key)
+  if row.state ~= "in_flight" or shared.get(k) ~= row.locked_by then return false end
+  local n = db.exec(RELEASE, scope, key, row.locked_by)
+  if n then shared.delete(k) end
+  return n == 1
+end
+
 -- true when this request now holds the key; false, row when another holds it
 -- (row nil: it was given up meanwhile); nil, err when PostgreSQL failed.
 local function claim(scope, key, hash, owner)
@@ -257,7 +280,7 @@ function M.wrap(req, ctx, run, prepare)
             .. "use a new key for a new request.")
       end
       if row.state == "done" then return replay(row) end
-      break
+      if not pay_owed_release(scope, key, row) then break end
     end
   end
   if not held then
@@ -288,7 +311,10 @@ function M.wrap(req, ctx, run, prepare)
   end
 
   local n, rerr = db.exec(RELEASE, scope, key, owner)
-  if not n then log.warn("idempotency_release_failed", { requestId = req.id, error = tostring(rerr) }) end
+  if not n then
+    log.warn("idempotency_release_failed", { requestId = req.id, error = tostring(rerr) })
+    owe_release(scope, key, owner)
+  end
   if committed == NOT_KEPT then return status, body, headers end
   if problem.is_outage(committed) then return unavailable(req, committed) end
   error(committed, 0)

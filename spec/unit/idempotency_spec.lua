@@ -34,6 +34,7 @@ local function fake_db(state)
       return { r and copy(r) or nil }
     end,
     exec = function(sql, scope, key, owner, status, body, headers)
+      if state.down then return nil, "connection refused", "08006" end
       local r = state.rows[id(scope, key)]
       local mine = r and r.state == "in_flight" and r.locked_by == owner
       if sql:find("UPDATE idempotency_keys", 1, true) then
@@ -71,12 +72,18 @@ describe("idempotency", function()
     _G.clock = { now = function() return now end }
     _G.log = { error = function() end, warn = function() end }
     _G.db = fake_db(state)
+    local store = {}
+    _G.shared = {
+      get = function(k) return store[k] end,
+      set = function(k, v) store[k] = v; return true end,
+      delete = function(k) store[k] = nil; return true end,
+    }
     package.loaded.idempotency = nil
     idem = require "idempotency"
   end)
 
   after_each(function()
-    _G.crypto, _G.config, _G.clock, _G.log, _G.db = nil, nil, nil, nil, nil
+    _G.crypto, _G.config, _G.clock, _G.log, _G.db, _G.shared = nil, nil, nil, nil, nil, nil
   end)
 
   describe("canonical JSON", function()
@@ -276,6 +283,23 @@ describe("idempotency", function()
         assert.equal("invalid_parameter", code_of(b))
       end
       assert.equal(0, #state.created)
+    end)
+
+    it("gives up on the retry a claim it could not give up when the database went away", function()
+      local s, b, h = idem.wrap(request("k1", { a = 1 }), ctx, function()
+        create()
+        state.down = true -- gone before the response is stored: nor can the claim be given up
+        error("database unavailable: connection lost", 0)
+      end)
+      assert.equal(503, s)
+      assert.equal("service_unavailable", code_of(b))
+      assert.equal("2", h["Retry-After"])
+      assert.equal("in_flight", state.rows["cli_1\0k1"].state)
+      state.down = false
+      -- The retry the 503 asks for goes on at once, not after LOCK_SECONDS.
+      assert.equal(201, (idem.wrap(request("k1", { a = 1 }), ctx, create)))
+      assert.equal(1, #state.created)
+      assert.equal("done", state.rows["cli_1\0k1"].state)
     end)
 
     it("answers 503 when the key cannot be claimed", function()
