@@ -18,13 +18,14 @@
 -- gets its N per minute.
 --
 -- Blocks: a client with a large limit (N >= 2,000 per minute) may take up to
--- N/1000 requests from Redis at once and spend them in this worker within
--- 50 ms (BLOCK_MS), so that a busy client does not cost a Redis round trip
+-- N/1000 requests from Redis at once and spend them in this instance (every
+-- worker alike, through the shared store) within 50 ms (BLOCK_MS), so that a
+-- busy client does not cost a Redis round trip
 -- per request. Blocks start at one request and double while they run out
 -- before their time; what an expired block did not spend is given back with
 -- the next call (the TAT moves back), so a client is charged for what it
 -- sent. The limit stays shared: all blocks come from the one TAT; at any
--- moment each worker may hold at most N/1000 of it (0.1%). Blocks are used
+-- moment each instance may hold at most N/1000 of it (0.1%). Blocks are used
 -- only while the host hears about credential changes (redis.invalidations:
 -- a rotation or revocation anywhere ends every block and cached credential
 -- at once); otherwise, and for smaller limits, every request asks Redis.
@@ -128,22 +129,8 @@ local function fail_open(limit, err, class)
   return { allowed = true, limit = limit, remaining = limit, reset = 60, failed_open = true }
 end
 
--- This worker's blocks, by key: { left, size, limit, expires (mono ms),
--- changes (redis.invalidations when taken), remaining, reset, epoch, answer,
--- renewal }. While the call for the next block is on its way (renewal:
--- { want, give, credit, since }), other requests of the key may spend from
--- what it asked for (credit, at most want - 1): a busy client does not send
--- every request that arrives meanwhile to Redis too.
-local blocks, block_count = {}, 0
-local MAX_BLOCKS = 10000   -- keys this worker holds blocks for; then it starts over
-local RENEWAL_STALE_MS = 100 -- a renewal whose request never came back
-
--- How many requests the next call asks for.
-local function next_size(b, max_block)
-  if not b or b.size == 0 then return 1 end
-  if b.left == 0 then return math.min(max_block, b.size * 2) end -- ran out in time: grow
-  return math.max(1, math.min(max_block, b.size - b.left))         -- expired: what was used
-end
+local RENEWAL_STALE_MS = 100 -- a renewal whose reply never came
+local TAKE_ALL = 1 << 40     -- subtracted to take what is left of a block at once
 
 -- The rate-limit headers of an answer, as integers (the host formats them).
 local function headers_of(r)
@@ -155,16 +142,76 @@ local function headers_of(r)
   }
 end
 
-local function forget(key)
-  if blocks[key] then blocks[key], block_count = nil, block_count - 1 end
+-- An instance's block of a key lives in the shared store, so that every
+-- worker spends from the one block (requests need not find the worker that
+-- took it):
+--   rl:block:<key>   "limit size remaining reset epoch changes expires": what
+--                    Redis answered when the block was taken (changes: the
+--                    redis.invalidations count then; expires: mono ms)
+--   rl:left:<key>    what is left of it, taken one by one (shared.incr)
+--   rl:renewing:<key> the size asked for by the one call for the next block
+--                    on its way (its caller holds the renewal)
+--   rl:credit:<key>  while that call is on its way, other requests of the key
+--                    spend from what it asked for: starts at -(want - 1) and
+--                    counts up, so a request that brings it to 0 or below
+--                    took credit; a busy client does not send every request
+--                    that arrives meanwhile to Redis too.
+-- The block's text is parsed once per worker (the same text is the same
+-- block) into a table with the one answer its requests share.
+local parsed, parsed_count = {}, 0
+local MAX_PARSED = 10000
+
+local function block_of(text)
+  if not text then return nil end
+  local b = parsed[text]
+  if b then return b end
+  local l, sz, rem, rs, ep, ch, ex = text:match("^(%d+) (%d+) (%d+) (%d+) (%-?%d+) (%d+) (%d+)$")
+  if not l then return nil end
+  b = { limit = tonumber(l), size = tonumber(sz), remaining = tonumber(rem), reset = tonumber(rs),
+        epoch = tonumber(ep), changes = tonumber(ch), expires = tonumber(ex) }
+  b.answer = { allowed = true, limit = b.limit, reset = b.reset, epoch = b.epoch }
+  b.answer.headers = headers_of(b.answer)
+  if parsed_count >= MAX_PARSED then parsed, parsed_count = {}, 0 end
+  parsed[text], parsed_count = b, parsed_count + 1
+  return b
 end
 
-local function keep(key, b)
-  if not blocks[key] then
-    if block_count >= MAX_BLOCKS then blocks, block_count = {}, 0 end
-    block_count = block_count + 1
-  end
-  blocks[key] = b
+-- How many requests the next call asks for, given the last block and what
+-- it did not spend.
+local function next_size(b, rest, max_block)
+  if not b or b.size == 0 then return 1 end
+  if rest == 0 then return math.min(max_block, b.size * 2) end   -- ran out in time: grow
+  return math.max(1, math.min(max_block, b.size - rest))          -- expired: what was used
+end
+
+-- Takes the renewal of key's block, or nil when another request holds it.
+-- What the last block did not spend goes back to the bucket with the call,
+-- once: the block is emptied now, whatever becomes of the call.
+local function take_renewal(key, b, limit, max_block)
+  local k = { left = "rl:left:" .. key, block = "rl:block:" .. key,
+              renewing = "rl:renewing:" .. key, credit = "rl:credit:" .. key }
+  if not shared.add(k.renewing, 0, RENEWAL_STALE_MS) then return nil end
+  local rest = 0
+  local after = shared.incr(k.left, -TAKE_ALL)
+  if after and b and b.limit == limit then rest = math.max(0, after + TAKE_ALL) end
+  shared.delete(k.left)
+  k.want, k.give = next_size(b, rest, max_block), rest
+  shared.set(k.renewing, k.want, RENEWAL_STALE_MS)
+  shared.set(k.credit, 1 - k.want, RENEWAL_STALE_MS)
+  return k
+end
+
+-- Ends a renewal: how many requests took credit from it (lending stops now).
+local function end_renewal(k)
+  local after = shared.incr(k.credit, k.want)
+  shared.delete(k.credit)
+  shared.delete(k.renewing)
+  return after and math.max(0, math.min(k.want - 1, after - 1)) or 0
+end
+
+local function forget_block(key)
+  shared.delete("rl:block:" .. key)
+  shared.delete("rl:left:" .. key)
 end
 
 -- Counts one request against `key` (e.g. "client:cli_1", "addr:10.0.0.1")
@@ -173,41 +220,31 @@ end
 function M.check(key, limit, epoch_name)
   local max_block = limit // BLOCK_SHARE
   local changes = max_block >= 2 and redis.invalidations and redis.invalidations() or nil
-  local now = clock.mono_ms()
-  local b = blocks[key]
-  local renewal = b and b.renewal
-  if changes and b and b.changes == changes and b.limit == limit then
-    local left = b.left - 1
-    if left >= 0 and now < b.expires then
-      b.left = left
-      -- One answer per block, brought up to date: a request only reads it.
-      local r = b.answer
-      r.remaining = b.remaining + left
-      return r
+  local want, give, renewal = 1, 0, nil
+  if changes then
+    local now = clock.mono_ms()
+    local b = block_of(shared.get("rl:block:" .. key))
+    local current = b and b.changes == changes and b.limit == limit
+    if current and now < b.expires then
+      local left = shared.incr("rl:left:" .. key, -1)
+      if left and left >= 0 then
+        -- One answer per block, brought up to date: a request only reads it.
+        local r = b.answer
+        r.remaining = b.remaining + left
+        return r
+      end
     end
-    if renewal and renewal.credit < renewal.want - 1 and now - renewal.since < RENEWAL_STALE_MS then
-      renewal.credit = renewal.credit + 1
-      local r = b.answer
-      r.remaining = math.max(0, b.remaining - renewal.credit)
-      return r
+    if current then
+      local credit = shared.incr("rl:credit:" .. key, 1)
+      if credit and credit <= 0 then
+        local r = b.answer
+        r.remaining = math.max(0, b.remaining - (credit + (shared.get("rl:renewing:" .. key) or 1) - 1))
+        return r
+      end
     end
-  end
-
-  local want, give, renewing = 1, 0, nil
-  if not (renewal and now - renewal.since < RENEWAL_STALE_MS) then
-    -- What the block did not spend goes back to the bucket, once: the block
-    -- is emptied now, whatever becomes of this call. (Beside a renewal on
-    -- its way, this request asks for itself alone.)
-    want, give = changes and next_size(b, max_block) or 1, (b and b.limit == limit) and b.left or 0
-    if changes then
-      b = b or { left = 0, size = 0, limit = limit, expires = 0, changes = changes, remaining = 0 }
-      b.left = 0
-      renewing = { want = want, give = give, credit = 0, since = now }
-      b.renewal = renewing
-      keep(key, b)
-    elseif b then
-      forget(key)
-    end
+    -- Beside a renewal on its way, this request asks for itself alone.
+    renewal = take_renewal(key, b, limit, max_block)
+    if renewal then want, give = renewal.want, renewal.give end
   end
 
   -- The call waits without holding the worker: the host resumes this
@@ -220,8 +257,9 @@ function M.check(key, limit, epoch_name)
   else
     reply, err, class = redis.eval_cached(M.script, 1, state_key, limit, want, give)
   end
+  local lent = renewal and end_renewal(renewal)
   if type(reply) ~= "table" or type(reply[5]) ~= "number" then
-    if renewing then forget(key) end
+    if renewal then forget_block(key) end
     return fail_open(limit, err or "unexpected reply", class or "reply")
   end
   local r = {
@@ -233,16 +271,16 @@ function M.check(key, limit, epoch_name)
   }
   if not r.allowed then
     r.retry_after = math.max(1, ceil_s(reply[4]))
-    if renewing then forget(key) end
-  elseif renewing then
+    if renewal then forget_block(key) end
+  elseif renewal then
     -- This request spends one, those that took credit meanwhile theirs; the
-    -- rest waits in this worker.
+    -- rest is the instance's until the block expires.
     local size = math.max(1, reply[6] or 1)
-    local left = math.max(0, size - 1 - renewing.credit)
-    local answer = { allowed = true, limit = limit, reset = r.reset, epoch = r.epoch }
-    answer.headers = headers_of(answer)
-    keep(key, { left = left, size = size, limit = limit, expires = now + BLOCK_MS, changes = changes,
-                remaining = r.remaining, reset = r.reset, epoch = r.epoch, answer = answer })
+    local left = math.max(0, size - 1 - lent)
+    local ttl = BLOCK_MS + RENEWAL_STALE_MS
+    shared.set(renewal.left, left, ttl)
+    shared.set(renewal.block, string.format("%.0f %.0f %.0f %.0f %.0f %.0f %.0f", limit, size, r.remaining, r.reset,
+      r.epoch, changes, clock.mono_ms() + BLOCK_MS), ttl)
     r.remaining = r.remaining + left
   end
   return r

@@ -19,30 +19,20 @@ local function read_defaults()
   return values
 end
 
-function M.install(overrides)
-  local values = read_defaults()
-  for k, v in pairs(overrides or {}) do values[k] = v end
-  local now = 1700000000
-  _G.config = { get = function(k) return values[k] end }
-  _G.log = { debug = function() end, info = function() end, warn = function() end, error = function() end }
-  _G.clock = {
-    now = function() return now end,
-    set = function(t) now = t end,
-    iso = function(t) return os.date("!%Y-%m-%dT%H:%M:%S.000Z", math.floor(t or now)) end,
-  }
-  _G.metrics = { inc = function() end, set = function() end }
-  -- The process's shared store, unbounded, its times to live on the clock above.
+-- A fake of the process's shared store (unbounded), its times to live on
+-- now_ms(), a function giving the time in milliseconds.
+function M.shared_store(now_ms)
   local store = {}
   local function live(key)
     local e = store[key]
-    if e and e.expires and e.expires <= now * 1000 then store[key], e = nil, nil end
+    if e and e.expires and e.expires <= now_ms() then store[key], e = nil, nil end
     return e
   end
   local function put(key, value, ttl_ms)
-    store[key] = { value = value, expires = (ttl_ms or 0) > 0 and now * 1000 + ttl_ms or nil }
+    store[key] = { value = value, expires = (ttl_ms or 0) > 0 and now_ms() + ttl_ms or nil }
     return true
   end
-  _G.shared = {
+  return {
     get = function(key) local e = live(key) return e and e.value end,
     set = put,
     add = function(key, value, ttl_ms)
@@ -66,6 +56,22 @@ function M.install(overrides)
     end,
     delete = function(key) local e = live(key) store[key] = nil return e ~= nil end,
   }
+end
+
+function M.install(overrides)
+  local values = read_defaults()
+  for k, v in pairs(overrides or {}) do values[k] = v end
+  local now = 1700000000
+  _G.config = { get = function(k) return values[k] end }
+  _G.log = { debug = function() end, info = function() end, warn = function() end, error = function() end }
+  _G.clock = {
+    now = function() return now end,
+    set = function(t) now = t end,
+    iso = function(t) return os.date("!%Y-%m-%dT%H:%M:%S.000Z", math.floor(t or now)) end,
+  }
+  _G.metrics = { inc = function() end, set = function() end }
+  -- The process's shared store, its times to live on the clock above.
+  _G.shared = M.shared_store(function() return now * 1000 end)
   -- Files of the checkout, as the host's asset() gives those of the loaded code.
   _G.asset = function(path)
     local f = io.open(path, "rb")

@@ -91,12 +91,13 @@ describe("ratelimit", function()
     _G.log = { warn = function(event, fields) logged[#logged + 1] = { event = event, fields = fields } end }
     _G.clock = { mono_ms = function() return mono end }
     _G.config = { get = function(k) return k == "redis.namespace" and "sgw" or nil end }
+    _G.shared = require("fake_host").shared_store(function() return mono end)
     package.loaded.ratelimit = nil
     ratelimit = require("ratelimit")
   end)
 
   after_each(function()
-    _G.redis, _G.metrics, _G.log, _G.clock, _G.config = nil, nil, nil, nil, nil
+    _G.redis, _G.metrics, _G.log, _G.clock, _G.config, _G.shared = nil, nil, nil, nil, nil, nil
   end)
 
   it("lets a fresh key spend its whole minute at once, then refuses", function()
@@ -207,7 +208,7 @@ describe("ratelimit", function()
       _G.redis.invalidations = function() return changes end
     end)
 
-    it("spend a busy client's requests in the worker, growing, and charge exactly what was sent", function()
+    it("spend a busy client's requests in the instance, growing, and charge exactly what was sent", function()
       local limit = 100000 -- blocks of up to 100
       for i = 1, 1000 do
         local r = ratelimit.check("client:big", limit)
@@ -219,16 +220,33 @@ describe("ratelimit", function()
       assert.is_true(#evals >= 10)
     end)
 
+    it("are the instance's: every worker spends from the block one of them took", function()
+      local limit = 100000
+      for _ = 1, 8 do ratelimit.check("client:big", limit) end -- blocks of 1, 2, 4, then one of 8
+      local calls = #evals
+      -- Another worker: its own copy of the module, the same shared store.
+      package.loaded.ratelimit = nil
+      local other = require("ratelimit")
+      for i = 1, 7 do
+        local r = other.check("client:big", limit)
+        assert.is_true(r.allowed)
+        assert.equal(limit - 8 - i, r.remaining)
+      end
+      assert.equal(calls, #evals, "spent from the block the first worker took, without a call")
+      other.check("client:big", limit)
+      assert.equal(calls + 1, #evals, "the block is spent: the next request renews it")
+    end)
+
     it("give back what an expired block did not spend", function()
       local limit = 100000 -- one request every 600 us
       -- blocks of 1, 2, 4 .. 64 (127 requests), then one of 100 with 27 unspent
       for _ = 1, 200 do ratelimit.check("client:big", limit) end
-      mono = mono + 51 -- the worker's block expires; Redis's clock stands still
+      mono = mono + 51 -- the instance's block expires; Redis's clock stands still
       local r = ratelimit.check("client:big", limit)
       local call = evals[#evals] -- state key, limit, want, give back
       assert.same({ state_key("client:big"), limit, 73, 27 }, { call[1], call[2], call[3], call[4] })
       assert.equal(limit - 201, r.remaining)
-      -- Redis holds what was sent plus this worker's new block of 73 (72 unspent).
+      -- Redis holds what was sent plus the instance's new block of 73 (72 unspent).
       local tat = tonumber(store[state_key("client:big")].value)
       assert.equal(limit - 201 - 72, (60000000 - (tat - now_us)) // 600)
     end)
