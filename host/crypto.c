@@ -530,20 +530,80 @@ static int l_aes_gcm_decrypt(lua_State *L)
 
 /* --------------------------------------------------------------- argon2 */
 
-static int argon2id_hash_run(lua_State *L)
-{
-    size_t plen;
-    const char *pwd = luaL_checklstring(L, 1, &plen);
-    if (plen > UINT32_MAX)
-        return luaL_argerror(L, 1, "too long");
-    size_t elen = argon2_encodedlen(ARGON2_T, ARGON2_M_KIB, ARGON2_P,
-                                    ARGON2_SALT_LEN, ARGON2_HASH_LEN, Argon2_id);
-    char *enc = (char *)scratch(L, elen);
+/* Argon2 takes tens of milliseconds of CPU by design. On a socket thread it
+ * would stall every connection of that thread, so the request migrates to
+ * its worker's thread first (SGW_MIGRATE_IF_SOCKET); there the hash runs on
+ * the thread pool (offload.c) while the loop goes on with its other
+ * coroutines. Where nothing can wait (the CLI, code that cannot yield) it
+ * runs in place. */
+#define ENCODED_MAX 256             /* our encoded hashes are about 100 bytes */
+
+typedef struct argon2_job {
+    sgw_job       base;
+    int           verify;           /* 0: hash */
+    int           rc;
+    size_t        plen, elen;
+    char         *pwd;              /* copies, in data */
+    char         *enc;              /* hash: the answer (elen bytes); verify: the stored hash */
     unsigned char salt[ARGON2_SALT_LEN];
-    if (crypto_random(salt, sizeof salt) != 0)
-        return luaL_error(L, "random source failed");
-    int rc = argon2id_hash_encoded(ARGON2_T, ARGON2_M_KIB, ARGON2_P, pwd, plen,
-                                   salt, sizeof salt, ARGON2_HASH_LEN, enc, elen);
+    char          data[];
+} argon2_job;
+
+static void argon2_job_run(sgw_job *j)
+{
+    argon2_job *a = (argon2_job *)j;
+    if (a->verify)
+        a->rc = argon2id_verify(a->enc, a->pwd, a->plen);
+    else
+        a->rc = argon2id_hash_encoded(ARGON2_T, ARGON2_M_KIB, ARGON2_P, a->pwd, a->plen, a->salt,
+                                      sizeof a->salt, ARGON2_HASH_LEN, a->enc, a->elen);
+}
+
+static void argon2_job_dispose(sgw_job *j)
+{
+    argon2_job *a = (argon2_job *)j;
+    OPENSSL_cleanse(a->data, a->plen + a->elen + 2);
+    free(a);
+}
+
+/* A job for pwd and (verify) the stored hash enc, or (hash) room for one. */
+static argon2_job *argon2_job_new(lua_State *L, int verify, const char *pwd, size_t plen,
+                                  const char *enc, size_t elen)
+{
+    argon2_job *a = malloc(sizeof *a + plen + elen + 2);
+    if (a == NULL) {
+        luaL_error(L, "not enough memory");
+        return NULL;
+    }
+    memset(a, 0, sizeof *a);
+    a->base.run = argon2_job_run;
+    a->base.dispose = argon2_job_dispose;
+    a->verify = verify;
+    a->plen = plen;
+    a->elen = elen;
+    a->pwd = a->data;
+    memcpy(a->pwd, pwd, plen);
+    a->pwd[plen] = '\0';
+    a->enc = a->data + plen + 1;
+    if (enc)
+        memcpy(a->enc, enc, elen);
+    a->enc[elen] = '\0';
+    return a;
+}
+
+/* The results of a job that has run; disposes of it first (what is pushed
+ * is copied out, so a memory error while pushing leaks nothing). */
+static int argon2_results(lua_State *L, argon2_job *a)
+{
+    int verify = a->verify, rc = a->rc;
+    char enc[ENCODED_MAX];
+    if (!verify && rc == ARGON2_OK)
+        memcpy(enc, a->enc, a->elen + 1);
+    a->base.dispose(&a->base);
+    if (verify) {
+        lua_pushboolean(L, rc == ARGON2_OK);
+        return 1;
+    }
     if (rc != ARGON2_OK) {
         /* Typically memory exhaustion: an I/O-like failure, not misuse. */
         lua_pushnil(L);
@@ -552,6 +612,43 @@ static int argon2id_hash_run(lua_State *L)
     }
     lua_pushstring(L, enc);
     return 1;
+}
+
+static int argon2_k(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    return argon2_results(L, (argon2_job *)ctx);
+}
+
+/* Runs a on the pool when L may wait for it, else here. */
+static int argon2_go(lua_State *L, argon2_job *a)
+{
+    sgw_inbox *in = offload_usable(L);
+    if (in) {
+        offload_submit(in, &a->base, L);
+        lua_pushlightuserdata(L, in);
+        return lua_yieldk(L, 1, (lua_KContext)a, argon2_k);
+    }
+    a->base.run(&a->base);
+    return argon2_results(L, a);
+}
+
+static int argon2id_hash_run(lua_State *L)
+{
+    size_t plen;
+    const char *pwd = luaL_checklstring(L, 1, &plen);
+    if (plen > UINT32_MAX)
+        return luaL_argerror(L, 1, "too long");
+    size_t elen = argon2_encodedlen(ARGON2_T, ARGON2_M_KIB, ARGON2_P,
+                                    ARGON2_SALT_LEN, ARGON2_HASH_LEN, Argon2_id);
+    if (elen >= ENCODED_MAX)
+        return luaL_error(L, "argon2: encoded hash too long");
+    unsigned char salt[ARGON2_SALT_LEN];
+    if (crypto_random(salt, sizeof salt) != 0)
+        return luaL_error(L, "random source failed");
+    argon2_job *a = argon2_job_new(L, 0, pwd, plen, NULL, elen);
+    memcpy(a->salt, salt, sizeof salt);
+    return argon2_go(L, a);
 }
 
 /* Reads m, t and p from "$argon2id$v=19$m=..,t=..,p=..$salt$hash". */
@@ -577,13 +674,9 @@ static int argon2id_verify_run(lua_State *L)
         lua_pushboolean(L, 0);
         return 1;
     }
-    lua_pushboolean(L, argon2id_verify(enc, pwd, plen) == ARGON2_OK);
-    return 1;
+    return argon2_go(L, argon2_job_new(L, 1, pwd, plen, enc, elen));
 }
 
-/* Argon2 takes tens of milliseconds of CPU by design: on a socket thread it
- * would stall every connection of that thread, so the request migrates to
- * its worker's thread first (SGW_MIGRATE_IF_SOCKET). */
 static int argon2id_hash_k(lua_State *L, int status, lua_KContext ctx)
 {
     (void)status;

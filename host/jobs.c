@@ -793,11 +793,11 @@ static void *runner_main(void *arg) {
 
         if (r->running > 0) {
             /* Transfers, statements, a wake-up and NOTIFY: whichever comes first. */
-            struct pollfd fds[LOOP_POOL_MAX + 3];
+            struct pollfd fds[2 + LOOP_FDS_MAX];
             int n = 0;
             fds[n++] = (struct pollfd){ .fd = r->efd, .events = POLLIN };
             if (r->listen) fds[n++] = (struct pollfd){ .fd = PQsocket(r->listen), .events = POLLIN };
-            n += loop_pollfds(&r->w, fds + n, LOOP_POOL_MAX + 1);
+            n += loop_pollfds(&r->w, fds + n, LOOP_FDS_MAX);
             loop_wait(&r->w, fds, n, loop_ready(&r->w) ? 0 : BUSY_POLL_MS, &r->transfers_at, on_ready, r);
             drain_wake(r);
             listen_drain(r);

@@ -1,7 +1,8 @@
 /*
  * loop.c — what a loop thread (a request worker's or a job worker's) waits
  * on: its outbound transfers (httpc.c), its PostgreSQL connections
- * (pgpool.c) and its Redis connection (redis_loop.c).
+ * (pgpool.c), its Redis connection (redis_loop.c) and the jobs it handed
+ * to the thread pool (offload.c).
  *
  * A binding of the coroutine being resumed sends its work, yields a
  * lightuserdata naming what it waits on, and the loop resumes it through
@@ -34,28 +35,33 @@ int loop_open(sgw_worker *w, int max_coroutines) {
         w->redis_loop = redis_loop_new(url, max_coroutines);
         if (!w->redis_loop) return -1;
     }
-    return 0;
+    w->inbox = offload_inbox_new();
+    return w->inbox ? 0 : -1;
 }
 
 void loop_set_current(sgw_worker *w, lua_State *co) {
     httpc_set_current(w->httpc, co);
     pgpool_set_current(w->pgpool, co);
     redis_loop_set_current(w->redis_loop, co);
+    offload_set_current(w->inbox, co);
 }
 
 int loop_owns(const sgw_worker *w, lua_State *co, int nres) {
     void *marker = nres == 1 && lua_islightuserdata(co, -1) ? lua_touserdata(co, -1) : NULL;
-    return marker && (marker == (void *)w->httpc || marker == (void *)w->pgpool || marker == (void *)w->redis_loop);
+    return marker && (marker == (void *)w->httpc || marker == (void *)w->pgpool || marker == (void *)w->redis_loop ||
+                      marker == (void *)w->inbox);
 }
 
 void loop_forget(sgw_worker *w, lua_State *co) {
     pgpool_forget(w->pgpool, co);
     redis_loop_forget(w->redis_loop, co);
+    offload_forget(w->inbox, co);
 }
 
 int loop_pollfds(sgw_worker *w, struct pollfd *fds, int cap) {
-    int n = pgpool_pollfds(w->pgpool, fds, cap - 1);
-    return n + redis_loop_pollfd(w->redis_loop, fds + n);
+    int n = pgpool_pollfds(w->pgpool, fds, cap - 2);
+    n += redis_loop_pollfd(w->redis_loop, fds + n);
+    return n + offload_pollfd(w->inbox, fds + n);
 }
 
 int loop_ready(sgw_worker *w) {
@@ -76,4 +82,5 @@ void loop_wait(sgw_worker *w, struct pollfd *fds, int n, int timeout_ms, uint64_
     }
     pgpool_drive(w->pgpool, fds, n, on_ready, ud);
     redis_loop_drive(w->redis_loop, fds, n, on_ready, ud);
+    offload_drive(w->inbox, on_ready, ud);
 }

@@ -425,6 +425,10 @@ static int cmd_serve(const cli_args *a) {
         n = (int)(cores > 0 ? cores * 2 : 4);
     }
     int rc = 1;
+    long hashers = config_int("crypto.hash_threads");
+    if (hashers <= 0) hashers = sysconf(_SC_NPROCESSORS_ONLN);
+    /* Without it, password hashes run on the loops themselves. */
+    if (offload_start((int)hashers)) log_msg(LOG_WARN, "offload", "cannot start the hashing threads; hashes block their loop");
     if (workers_start(n, http_complete)) goto out_workers;
     if (invalidations_start()) log_msg(LOG_WARN, "invalidations", "cannot start the subscriber; every request asks Redis");
     if (jobs_start((int)config_int("jobs.workers"))) goto out_jobs;
@@ -485,6 +489,7 @@ out_jobs:
     invalidations_stop();
     workers_stop();
 out_workers:
+    offload_stop();
     httpc_global_cleanup();
     luart_shutdown();
     notify_close();

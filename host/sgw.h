@@ -158,6 +158,7 @@ typedef struct sgw_worker {
     sgw_httpc  *httpc;       /* owned by job workers; NULL: outbound calls block */
     sgw_pgpool *pgpool;      /* owned by job workers; NULL: db.* block on pg */
     sgw_redis_loop *redis_loop; /* owned by loops; NULL: redis.* block on redis */
+    struct sgw_inbox *inbox;  /* owned by loops: offloaded jobs come back here */
 } sgw_worker;
 
 /* ------------------------------------------------------------------- pg.c
@@ -498,13 +499,41 @@ int  proxy_trusted(const char *addr);        /* 1 when addr is inside the list *
  * X-Forwarded-For (else Forwarded for=) names another; either may be NULL. */
 void proxy_client_addr(const char *peer, const char *xff, const char *forwarded, char *out, size_t outlen);
 
+/* --------------------------------------------------------------- offload.c
+ * CPU-heavy calls on a small pool of threads. A binding fills a job (its
+ * own struct, starting with an sgw_job) and, when offload_usable gives it
+ * the loop's inbox, submits it and yields (lightuserdata: the inbox); run()
+ * runs on a pool thread; the loop resumes the coroutine, whose continuation
+ * reads the result and calls dispose(), which frees the job (also called
+ * when the coroutine went meanwhile). */
+typedef struct sgw_inbox sgw_inbox;
+typedef struct sgw_job {
+    void       (*run)(struct sgw_job *j);
+    void       (*dispose)(struct sgw_job *j);
+    sgw_inbox   *inbox;
+    lua_State   *co;                          /* NULL: it went */
+    struct sgw_job *next, *out_prev, *out_next;
+} sgw_job;
+int        offload_start(int nthreads);      /* 0 ok */
+void       offload_stop(void);               /* after the loops have stopped */
+sgw_inbox *offload_inbox_new(void);          /* a loop's; NULL: no memory */
+void       offload_inbox_free(sgw_inbox *in);
+void       offload_set_current(sgw_inbox *in, lua_State *co);
+sgw_inbox *offload_usable(lua_State *L);     /* the inbox when L may wait on the pool */
+void       offload_submit(sgw_inbox *in, sgw_job *j, lua_State *co);
+void       offload_forget(sgw_inbox *in, lua_State *co);
+int        offload_pollfd(sgw_inbox *in, struct pollfd *pfd);   /* 1 while jobs are out */
+void       offload_drive(sgw_inbox *in, void (*on_ready)(lua_State *co, int nres, void *ud), void *ud);
+
 /* ------------------------------------------------------------------ loop.c
  * What a loop thread (request worker or job worker) waits on: transfers,
  * PostgreSQL connections and its Redis connection. */
 int  loop_open(sgw_worker *w, int max_coroutines);   /* 0 ok; -1: no memory */
 /* database.pool_size's ceiling: httpc_poll watches 64 other sockets, and a
- * loop also has a wake-up, a LISTEN (jobs) and Redis. */
-#define LOOP_POOL_MAX 61
+ * loop also has a wake-up, a LISTEN (jobs), Redis and its inbox. */
+#define LOOP_POOL_MAX 60
+/* What loop_pollfds may return: the pool's sockets, Redis and the inbox. */
+#define LOOP_FDS_MAX (LOOP_POOL_MAX + 2)
 /* The coroutine being resumed (NULL between resumptions): only its calls wait
  * on the loop. */
 void loop_set_current(sgw_worker *w, lua_State *co);

@@ -117,6 +117,7 @@ void worker_destroy(sgw_worker *w) {
     if (w->httpc) httpc_free(w->httpc);
     if (w->pgpool) pgpool_free(w->pgpool);
     redis_loop_free(w->redis_loop);
+    offload_inbox_free(w->inbox);
     memset(w, 0, sizeof *w);
 }
 
@@ -738,12 +739,12 @@ static void prepare(http_worker *hw) {
 
 /* Waits for the loop's next event: an answer, a transfer, or a wake-up. */
 static void wait_events(http_worker *hw) {
-    struct pollfd fds[LOOP_POOL_MAX + 2];
+    struct pollfd fds[1 + LOOP_FDS_MAX];
     int n = 0;
     fds[n++] = (struct pollfd){ .fd = hw->efd, .events = POLLIN };
     int timeout = -1;
     if (atomic_load(&hw->nrunning) > 0) {
-        n += loop_pollfds(&hw->w, fds + n, LOOP_POOL_MAX + 1);
+        n += loop_pollfds(&hw->w, fds + n, LOOP_FDS_MAX);
         timeout = loop_ready(&hw->w) ? 0 : BUSY_POLL_MS;
         loop_wait(&hw->w, fds, n, timeout, &hw->transfers_at, on_ready, hw);
     } else if (poll(fds, 1, -1) < 0 && errno != EINTR) {

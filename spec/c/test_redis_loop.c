@@ -10,6 +10,7 @@
 #include "sgw.h"
 #include "check.h"
 #include "redis_fixture.h"
+#include "loop_runner.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -20,72 +21,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#define NCO 64
-
-typedef struct runner {
-    sgw_worker *w;
-    lua_State  *co[NCO];
-    int         ref[NCO];
-    int         n, done;
-} runner;
-
-static int l_check(lua_State *L) {
-    check(lua_toboolean(L, 1), luaL_optstring(L, 2, "(no label)"), luaL_optstring(L, 3, NULL));
-    return 0;
-}
-
-static void resume_co(runner *r, lua_State *co) {
-    int i = 0;
-    while (i < r->n && r->co[i] != co) i++;
-    if (i == r->n) return;
-    loop_set_current(r->w, co);
-    int nres = 0;
-    int st = lua_resume(co, r->w->L, 0, &nres);
-    loop_set_current(r->w, NULL);
-    if (st == LUA_YIELD) {
-        int ours = loop_owns(r->w, co, nres);
-        lua_pop(co, nres);
-        if (ours) return;
-        check(0, "a coroutine yielded something other than a wait of the loop", NULL);
-    } else if (st != LUA_OK) {
-        check(0, "a coroutine raised", lua_tostring(co, -1));
-    }
-    loop_forget(r->w, co);
-    luaL_unref(r->w->L, LUA_REGISTRYINDEX, r->ref[i]);
-    r->co[i] = NULL;
-    r->done++;
-}
-
-static void on_ready(lua_State *co, int nres, void *ud) {
-    (void)nres;
-    resume_co(ud, co);
-}
-
-/* Runs chunk `n` times as coroutines (global I is the coroutine's number,
- * 1..n) until all have ended or 10 s passed. */
-static void run_many(sgw_worker *w, const char *what, const char *chunk, int n) {
-    runner r = { .w = w, .n = n };
-    for (int i = 0; i < n; i++) {
-        lua_State *co = lua_newthread(w->L);
-        r.ref[i] = luaL_ref(w->L, LUA_REGISTRYINDEX);
-        r.co[i] = co;
-        char src[4096];
-        snprintf(src, sizeof src, "local I = %d\n%s", i + 1, chunk);
-        if (luaL_loadstring(co, src)) {
-            check(0, what, lua_tostring(co, -1));
-            return;
-        }
-    }
-    for (int i = 0; i < n; i++) resume_co(&r, r.co[i]);
-    uint64_t deadline = clock_mono_ms() + 10000, transfers_at = 0;
-    while (r.done < n && clock_mono_ms() < deadline) {
-        struct pollfd fds[4];
-        int nf = loop_pollfds(w, fds, 4);
-        loop_wait(w, fds, nf, 50, &transfers_at, on_ready, &r);
-    }
-    check(r.done == n, what, "every coroutine ended");
-}
 
 static void open_worker(sgw_worker *w, const char *url) {
     memset(w, 0, sizeof *w);
