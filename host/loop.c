@@ -1,7 +1,7 @@
 /*
  * loop.c — what a loop thread (a request worker's or a job worker's) waits
  * on: its outbound transfers (httpc.c), its PostgreSQL connections
- * (pgpool.c), its Redis connection (redis_loop.c) and the jobs it handed
+ * (pgpool.c: the primary's, and the read replica's when there is one), its Redis connection (redis_loop.c) and the jobs it handed
  * to the thread pool (offload.c).
  *
  * A binding of the coroutine being resumed sends its work, yields a
@@ -28,6 +28,12 @@ int loop_open(sgw_worker *w, int max_coroutines) {
         w->pgpool = pgpool_new(db, (int)config_int("database.pool_size"), max_coroutines,
                                (uint64_t)(wait_ms > 0 ? wait_ms : 0));
         if (!w->pgpool) return -1;
+        const char *replica = config_str("database.read_url");
+        if (*replica) {
+            w->replica_pool = pgpool_new(replica, (int)config_int("database.pool_size"), max_coroutines,
+                                         (uint64_t)(wait_ms > 0 ? wait_ms : 0));
+            if (!w->replica_pool) return -1;
+        }
     }
     /* On a cluster, redis.* calls block (redis_cluster.c routes them). */
     const char *url = config_str("redis.url");
@@ -42,6 +48,7 @@ int loop_open(sgw_worker *w, int max_coroutines) {
 void loop_set_current(sgw_worker *w, lua_State *co) {
     httpc_set_current(w->httpc, co);
     pgpool_set_current(w->pgpool, co);
+    pgpool_set_current(w->replica_pool, co);
     redis_loop_set_current(w->redis_loop, co);
     offload_set_current(w->inbox, co);
 }
@@ -49,29 +56,31 @@ void loop_set_current(sgw_worker *w, lua_State *co) {
 int loop_owns(const sgw_worker *w, lua_State *co, int nres) {
     void *marker = nres == 1 && lua_islightuserdata(co, -1) ? lua_touserdata(co, -1) : NULL;
     return marker && (marker == (void *)w->httpc || marker == (void *)w->pgpool || marker == (void *)w->redis_loop ||
-                      marker == (void *)w->inbox);
+                      marker == (void *)w->inbox || (w->replica_pool && marker == (void *)w->replica_pool));
 }
 
 void loop_forget(sgw_worker *w, lua_State *co) {
     pgpool_forget(w->pgpool, co);
+    pgpool_forget(w->replica_pool, co);
     redis_loop_forget(w->redis_loop, co);
     offload_forget(w->inbox, co);
 }
 
 int loop_pollfds(sgw_worker *w, struct pollfd *fds, int cap) {
-    int n = pgpool_pollfds(w->pgpool, fds, cap - 2);
+    int n = pgpool_pollfds(w->pgpool, fds, (cap - 2) / 2);
+    n += pgpool_pollfds(w->replica_pool, fds + n, (cap - 2) / 2);
     n += redis_loop_pollfd(w->redis_loop, fds + n);
     return n + offload_pollfd(w->inbox, fds + n);
 }
 
 int loop_ready(sgw_worker *w) {
-    return pgpool_ready(w->pgpool);
+    return pgpool_ready(w->pgpool) || pgpool_ready(w->replica_pool);
 }
 
 void loop_wait(sgw_worker *w, struct pollfd *fds, int n, int timeout_ms, uint64_t *transfers_at,
                void (*on_ready)(lua_State *co, int nres, void *ud), void *ud) {
     uint64_t now = clock_mono_ms();
-    int others = pgpool_in_flight(w->pgpool) || redis_loop_in_flight(w->redis_loop);
+    int others = pgpool_in_flight(w->pgpool) || pgpool_in_flight(w->replica_pool) || redis_loop_in_flight(w->redis_loop);
     if (!others || httpc_active(w->httpc) == 0 || now - *transfers_at >= TRANSFERS_EVERY_MS) {
         *transfers_at = now;
         httpc_poll(w->httpc, timeout_ms, fds, n, on_ready, ud);
@@ -81,6 +90,7 @@ void loop_wait(sgw_worker *w, struct pollfd *fds, int n, int timeout_ms, uint64_
             for (int i = 0; i < n; i++) fds[i].revents = 0;
     }
     pgpool_drive(w->pgpool, fds, n, on_ready, ud);
+    pgpool_drive(w->replica_pool, fds, n, on_ready, ud);
     redis_loop_drive(w->redis_loop, fds, n, on_ready, ud);
     offload_drive(w->inbox, on_ready, ud);
 }

@@ -431,6 +431,7 @@ static int cmd_serve(const cli_args *a) {
     if (offload_start((int)hashers)) log_msg(LOG_WARN, "offload", "cannot start the hashing threads; hashes block their loop");
     if (workers_start(n, http_complete)) goto out_workers;
     if (invalidations_start()) log_msg(LOG_WARN, "invalidations", "cannot start the subscriber; every request asks Redis");
+    if (replica_start()) log_msg(LOG_WARN, "replica", "cannot start the read replica's check; reads go to the primary");
     if (jobs_start((int)config_int("jobs.workers"))) goto out_jobs;
     /* Told before the listeners start, so a migrated database is ready at once. */
     char migrations_dir[PATH_MAX + 16];
@@ -486,6 +487,7 @@ out_admin:
 out_http:
     jobs_stop();
 out_jobs:
+    replica_stop();
     invalidations_stop();
     workers_stop();
 out_workers:

@@ -50,26 +50,10 @@
 /* The advisory lock that serialises concurrent `sgw migrate` runs ("sgw-migr"). */
 #define MIGRATE_LOCK_KEY      8315746273955768178LL
 #define RESULT_MT             "sgw.pg.result"
-/* How long a replica's measured lag is trusted before measuring again
- * (at most half of database.max_replica_lag_ms). */
-#define REPLICA_CHECK_MS      1000
 /* Sent in the same round trip ahead of every statement that starts a
  * transaction: the settings hold for that transaction only. */
 #define TX_SETTINGS_SQL \
     "SELECT set_config('TimeZone', 'UTC', true), set_config('statement_timeout', $1, true)"
-/* How far the replica's replay is behind, in milliseconds: 0 while its WAL
- * receiver runs and it has replayed everything received; otherwise the age
- * of the last replayed transaction (an idle primary writes none, so this
- * overstates the lag then, which only sends reads to the primary). NULL
- * (never replayed anything) counts as too far behind. A server that is not
- * in recovery is a primary: never behind. */
-#define REPLICA_LAG_SQL \
-    "SELECT CASE WHEN NOT pg_is_in_recovery() THEN 0 " \
-    "WHEN EXISTS (SELECT 1 FROM pg_stat_wal_receiver) " \
-    " AND pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0 " \
-    "ELSE (extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp()) " \
-    "      * 1000)::bigint END"
-
 #define OID_BOOL    16
 #define OID_INT8    20
 #define OID_INT2    21
@@ -90,9 +74,6 @@ struct sgw_pg {
     char      last_error[512];
     /* The read replica, when database.read_url is set (NULL otherwise). */
     sgw_pg   *replica;
-    int       replica_usable;    /* as of the last check */
-    int       replica_logged;    /* the state last logged: 1 used, 0 skipped, -1 none yet */
-    uint64_t  replica_checked_at;
     /* A statement sent without waiting (a job coroutine's: pgpool.c drives
      * it with pg_async_step, the binding takes its answer). */
     int       async;             /* 1 from the send until the answer is taken */
@@ -521,9 +502,6 @@ int pg_set_replica(sgw_pg *pg, const char *conninfo) {
     if (!pg || !conninfo || !*conninfo) return 0;
     pg_close(pg->replica);
     pg->replica = pg_open(conninfo);
-    pg->replica_usable = 0;
-    pg->replica_logged = -1;
-    pg->replica_checked_at = 0;
     return pg->replica ? 0 : -1;
 }
 
@@ -538,50 +516,12 @@ struct pg_result *pg_exec(sgw_pg *pg, const char *sql, int n, const char *const 
     return (struct pg_result *)exec_params(pg, sql, n, vals);
 }
 
-/* Remembers whether the replica may serve reads; logs and counts only the
- * changes, so that a replica down for an hour writes two lines, not one per
- * check. */
-static void note_replica(sgw_pg *pg, int usable, long long lag_ms, const char *why) {
-    pg->replica_usable = usable;
-    metrics_gauge("sgw_db_replica_usable", NULL, usable);
-    if (lag_ms >= 0) metrics_gauge("sgw_db_replica_lag_ms", NULL, (double)lag_ms);
-    if (pg->replica_logged == usable) return;
-    if (usable) {
-        log_msg(LOG_INFO, "db_replica_used", "lag-tolerant reads go to the read replica "
-                "(%lld ms behind)", lag_ms);
-    } else if (lag_ms >= 0) {
-        log_msg(LOG_WARN, "db_replica_skipped", "the read replica is %lld ms behind (more than "
-                "database.max_replica_lag_ms); reads go to the primary", lag_ms);
-    } else {
-        log_msg(LOG_WARN, "db_replica_skipped", "the read replica cannot serve (%s); reads go "
-                "to the primary", why ? why : "its lag is unknown");
-    }
-    if (pg->replica_logged != -1 || !usable)
-        metrics_count("sgw_db_replica_transitions_total", usable ? "to=\"replica\"" : "to=\"primary\"", 1);
-    pg->replica_logged = usable;
-}
-
-/* Where a lag-tolerant read goes: the replica while it is close enough
- * behind, else the primary. Inside a transaction always the primary: the
- * transaction's reads belong with its writes. */
+/* Where a lag-tolerant read goes: the replica while it may serve
+ * (replica.c), else the primary. Inside a transaction always the primary:
+ * the transaction's reads belong with its writes. */
 static sgw_pg *read_target(sgw_pg *pg) {
-    sgw_pg *rep = pg->replica;
-    if (!rep || pg_in_transaction(pg)) return pg;
-    long long max_lag = config_int("database.max_replica_lag_ms");
-    uint64_t every = max_lag / 2 < REPLICA_CHECK_MS ? (uint64_t)(max_lag > 0 ? max_lag / 2 : 0)
-                                                    : REPLICA_CHECK_MS;
-    uint64_t now = clock_mono_ms();
-    if (pg->replica_logged == -1 || now - pg->replica_checked_at >= every) {
-        pg->replica_checked_at = now;
-        pg_failure f;
-        long long lag = -1;
-        PGresult *r = run(rep, REPLICA_LAG_SQL, 0, NULL, &f);
-        if (r && PQntuples(r) == 1 && !PQgetisnull(r, 0, 0)) lag = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
-        note_replica(pg, lag >= 0 && lag <= max_lag, lag,
-                     r ? "it has not replayed any transaction yet" : f.message);
-        PQclear(r);
-    }
-    return pg->replica_usable ? rep : pg;
+    if (!pg->replica || pg_in_transaction(pg) || !replica_usable()) return pg;
+    return pg->replica;
 }
 
 int pg_ping(sgw_pg *pg) {
@@ -843,7 +783,7 @@ static PGresult *run_read(sgw_pg *pg, const char *sql, int n, const char *const 
             metrics_count("sgw_db_reads_total", "target=\"replica\"", 1);
             return r;
         }
-        note_replica(pg, 0, -1, f->message);
+        replica_failed(f->message);
     }
     metrics_count("sgw_db_reads_total", "target=\"primary\"", 1);
     return run(pg, sql, n, vals, f);
@@ -885,11 +825,7 @@ static sgw_pgpool *async_pool(lua_State *L);
 /* Where a call goes: the pool of the coroutine's worker when it may wait
  * there, else its connection, blocking. */
 static int db_dispatch(lua_State *L, run_kind kind) {
-    /* A lag-tolerant read with a replica configured keeps the replica:
-     * it blocks on the worker's connection pair (the pool has no replica
-     * connections yet). */
-    sgw_pg *own = upvalue_pg(L);
-    if (async_pool(L) && !(kind == RUN_READ && own && own->replica)) return db_run_async(L, kind);
+    if (async_pool(L)) return db_run_async(L, kind);
     return db_run(L, kind);
 }
 
@@ -938,10 +874,20 @@ static int db_in_transaction(lua_State *L) {
  * has its answer (see pgpool.c). The context of a continuation packs the
  * call's kind, its attempt (a broken idle connection is tried once more on
  * a fresh one, as run() does) and its parameter count. */
-#define ACTX(kind, attempt, n) ((lua_KContext)(kind) | ((lua_KContext)(attempt) << 2) | ((lua_KContext)(n) << 3))
+#define ACTX(kind, attempt, replica, n) \
+    ((lua_KContext)(kind) | ((lua_KContext)(attempt) << 2) | ((lua_KContext)(replica) << 3) | ((lua_KContext)(n) << 4))
 #define ACTX_KIND(c)    ((run_kind)((c) & 3))
 #define ACTX_ATTEMPT(c) ((int)(((c) >> 2) & 1))
-#define ACTX_N(c)       ((int)((c) >> 3))
+#define ACTX_REPLICA    ((lua_KContext)1 << 3)
+#define ACTX_N(c)       ((int)((c) >> 4))
+
+/* The pool a call's context names: the replica's for a lag-tolerant read
+ * sent there, else the primary's. */
+static sgw_pgpool *ctx_pool(lua_State *L, lua_KContext ctx) {
+    sgw_worker *w = lua_touserdata(L, UV_WORKER);
+    if (!w) return NULL;
+    return (ctx & ACTX_REPLICA) ? w->replica_pool : w->pgpool;
+}
 
 static void pool_wait_failure(pg_failure *f) {
     char ms[32];
@@ -983,7 +929,7 @@ static int raise_failure(lua_State *L, const pg_failure *f);
 
 static int db_async_answer(lua_State *L, int status, lua_KContext ctx) {
     (void)status;
-    sgw_pgpool *p = lua_touserdata(L, UV_WORKER) ? ((sgw_worker *)lua_touserdata(L, UV_WORKER))->pgpool : NULL;
+    sgw_pgpool *p = ctx_pool(L, ctx);
     sgw_pg *pg = p ? pgpool_using(p, L) : NULL;
     pg_failure f;
     if (!pg || !pg->async || !pg->async_done) {
@@ -1013,6 +959,12 @@ static int db_async_answer(lua_State *L, int status, lua_KContext ctx) {
         box->res = NULL;
     }
     if (!held) pgpool_release(p, pg);
+    if (!box->res && (ctx & ACTX_REPLICA) && replica_only_failure(f.sqlstate)) {
+        /* The replica failed where the primary would not: the primary. */
+        replica_failed(f.message);
+        lua_pop(L, 1);
+        return db_async_send(L, 0, ctx & ~ACTX_REPLICA);
+    }
     if (!box->res) {
         int broken = !pg->conn || PQstatus(pg->conn) == CONNECTION_BAD;
         if (broken && ACTX_ATTEMPT(ctx) == 0 && before == PQTRANS_IDLE && !held && pg->tx_depth == 0) {
@@ -1022,6 +974,8 @@ static int db_async_answer(lua_State *L, int status, lua_KContext ctx) {
         }
         return push_failure(L, &f);
     }
+    if (ACTX_KIND(ctx) == RUN_READ)
+        metrics_count("sgw_db_reads_total", (ctx & ACTX_REPLICA) ? "target=\"replica\"" : "target=\"primary\"", 1);
     return push_answer(L, box, ACTX_KIND(ctx) != RUN_EXEC);
 }
 
@@ -1029,7 +983,7 @@ static int db_async_answer(lua_State *L, int status, lua_KContext ctx) {
  * answer. Strings made for the parameters are copied by libpq at the send. */
 static int db_async_send(lua_State *L, int status, lua_KContext ctx) {
     (void)status;
-    sgw_pgpool *p = ((sgw_worker *)lua_touserdata(L, UV_WORKER))->pgpool;
+    sgw_pgpool *p = ctx_pool(L, ctx);
     pg_failure f;
     int expired;
     sgw_pg *pg = async_conn(p, L, &expired);
@@ -1064,7 +1018,11 @@ static int db_run_async(lua_State *L, run_kind kind) {
     int n = lua_gettop(L) - 1;
     if (n > MAX_PARAMS)
         return luaL_error(L, "db.%s: at most %d parameters", names[kind], MAX_PARAMS);
-    return db_async_send(L, 0, ACTX(kind, 0, n));
+    /* A lag-tolerant read outside a transaction goes to the replica's pool
+     * while the replica may serve. */
+    sgw_worker *w = lua_touserdata(L, UV_WORKER);
+    int replica = kind == RUN_READ && w->replica_pool && replica_usable() && !pgpool_held(w->pgpool, L);
+    return db_async_send(L, 0, ACTX(kind, 0, replica, n));
 }
 
 /* db.transaction in a job: BEGIN (or SAVEPOINT) on a connection the

@@ -157,6 +157,7 @@ typedef struct sgw_worker {
     sgw_redis  *redis;       /* owned; NULL when redis.url is empty */
     sgw_httpc  *httpc;       /* owned by job workers; NULL: outbound calls block */
     sgw_pgpool *pgpool;      /* owned by job workers; NULL: db.* block on pg */
+    sgw_pgpool *replica_pool; /* owned by loops when database.read_url is set */
     sgw_redis_loop *redis_loop; /* owned by loops; NULL: redis.* block on redis */
     struct sgw_inbox *inbox;  /* owned by loops: offloaded jobs come back here */
 } sgw_worker;
@@ -199,6 +200,14 @@ int     pg_worker_in_transaction(sgw_worker *w, lua_State *L);
 int     pg_async_fd(sgw_pg *pg, short *events);
 int     pg_async_step(sgw_pg *pg, short revents);
 void    pg_drop(sgw_pg *pg);                       /* closes the connection */
+
+/* -------------------------------------------------------------- replica.c
+ * Whether the read replica may serve lag-tolerant reads, measured by one
+ * thread per process (serve). */
+int  replica_start(void);              /* 0 ok; without database.read_url does nothing */
+void replica_stop(void);
+int  replica_usable(void);
+void replica_failed(const char *why);  /* a read found it failing */
 
 /* --------------------------------------------------------------- pgpool.c
  * A job worker's connections, shared by its coroutines: a db.* call of the
@@ -530,10 +539,11 @@ void       offload_drive(sgw_inbox *in, void (*on_ready)(lua_State *co, int nres
  * PostgreSQL connections and its Redis connection. */
 int  loop_open(sgw_worker *w, int max_coroutines);   /* 0 ok; -1: no memory */
 /* database.pool_size's ceiling: httpc_poll watches 64 other sockets, and a
- * loop also has a wake-up, a LISTEN (jobs), Redis and its inbox. */
-#define LOOP_POOL_MAX 60
-/* What loop_pollfds may return: the pool's sockets, Redis and the inbox. */
-#define LOOP_FDS_MAX (LOOP_POOL_MAX + 2)
+ * loop also has a wake-up, a LISTEN (jobs), the replica's pool, Redis and
+ * its inbox. */
+#define LOOP_POOL_MAX 30
+/* What loop_pollfds may return: both pools' sockets, Redis and the inbox. */
+#define LOOP_FDS_MAX (2 * LOOP_POOL_MAX + 2)
 /* The coroutine being resumed (NULL between resumptions): only its calls wait
  * on the loop. */
 void loop_set_current(sgw_worker *w, lua_State *co);

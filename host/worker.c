@@ -116,6 +116,7 @@ void worker_destroy(sgw_worker *w) {
     if (w->redis) redis_close(w->redis);
     if (w->httpc) httpc_free(w->httpc);
     if (w->pgpool) pgpool_free(w->pgpool);
+    if (w->replica_pool) pgpool_free(w->replica_pool);
     redis_loop_free(w->redis_loop);
     offload_inbox_free(w->inbox);
     memset(w, 0, sizeof *w);
