@@ -74,8 +74,10 @@ int proxy_init(char *err, size_t errlen) {
     free(trusted);
     trusted = NULL;
     ntrusted = 0;
+    /* Entries are separated by commas or blanks: one more than there are
+     * separators is room enough for them all. */
     int cap = 1;
-    for (const char *p = list; *p; p++) cap += *p == ',';
+    for (const char *p = list; *p; p++) cap += *p == ',' || *p == ' ' || *p == '\t';
     trusted = calloc((size_t)cap, sizeof *trusted);
     if (!trusted) {
         snprintf(err, errlen, "out of memory");

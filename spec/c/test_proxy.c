@@ -104,6 +104,13 @@ static void test_lists(void) {
     expect_trusted("192.0.2.1", 1);
     expect_trusted("192.0.2.2", 0);
 
+    /* Entries separated by blanks alone are entries too (the list is read
+     * as blank- or comma-separated), and all of them count. */
+    expect_accepted("10.0.0.1 10.0.0.2\t10.0.0.3 ::1 ::2");
+    expect_trusted("10.0.0.1", 1);
+    expect_trusted("10.0.0.3", 1);
+    expect_trusted("::2", 1);
+
     expect_refused("10.0.0.1, example.com", "example.com");
     expect_refused("10.0.0.0/33", "10.0.0.0/33");
     expect_refused("::/129", "::/129");
