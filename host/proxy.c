@@ -113,6 +113,7 @@ int proxy_init(char *err, size_t errlen) {
     bad:
         snprintf(err, errlen, "http.trusted_proxies: '%.*s' is not an address or CIDR (e.g. 10.0.0.0/8, ::1)",
                  (int)(len > 80 ? 80 : len), p);
+        ntrusted = 0;   /* the entries read before it vouch for no one */
         return -1;
     }
     return 0;

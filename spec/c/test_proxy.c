@@ -129,6 +129,12 @@ static void test_lists(void) {
     longest[sizeof longest - 1] = 0;
     check(trust(longest, err, sizeof err) != 0 && strstr(err, "'1111111111") && strlen(err) < 200,
           "an over-long entry is refused with a shortened message", err);
+
+    /* A refused list trusts nothing: start-up stops, and nothing half-read
+     * may vouch for a client meanwhile. */
+    trust("10.0.0.1, nonsense", err, sizeof err);
+    expect_trusted("10.0.0.1", 0);
+    expect_client("10.0.0.1", "203.0.113.7", NULL, "10.0.0.1");
 }
 
 static void test_xff(void) {
