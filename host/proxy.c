@@ -130,8 +130,12 @@ static int node_addr(const char *s, size_t n, char *out, size_t outlen, int *fam
         if (!close) return -1;
         s++;
         n = (size_t)(close - s);
-    } else if (memchr(s, '.', n) && memchr(s, ':', n)) {
-        n = (size_t)((const char *)memchr(s, ':', n) - s);   /* a.b.c.d:port */
+    } else {
+        /* a.b.c.d:port has a single colon, after the dots; an IPv6 address
+         * has more than one (also ::ffff:a.b.c.d, which is kept whole). */
+        const char *colon = memchr(s, ':', n);
+        if (colon && memchr(s, '.', (size_t)(colon - s)) && !memchr(colon + 1, ':', n - (size_t)(colon + 1 - s)))
+            n = (size_t)(colon - s);
     }
     if (n == 0 || n >= outlen) return -1;
     memcpy(out, s, n);

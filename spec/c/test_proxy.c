@@ -176,6 +176,8 @@ static void test_xff(void) {
 
     /* IPv4-mapped IPv6 entries are addresses like any other, also as a
      * trusted hop. */
+    expect_client("10.0.0.1", "::ffff:198.51.100.1", NULL, "::ffff:198.51.100.1");
+    expect_client("10.0.0.1", "198.51.100.1, ::ffff:10.0.0.2", NULL, "198.51.100.1");
     expect_client("10.0.0.1", "[::ffff:198.51.100.1]:80", NULL, "::ffff:198.51.100.1");
 
     /* A value that is not an address ends the walk at the last hop a proxy
