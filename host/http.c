@@ -78,9 +78,13 @@ int http_parse_listen(const char *s, struct sockaddr_storage *out, unsigned int 
     if (hl >= sizeof host) return -1;
     memcpy(host, s, hl);
     host[hl] = 0;
-    char *end;
-    long port = strtol(colon + 1, &end, 10);
-    if (*end || port < 0 || port > 65535) return -1;
+    /* The port is 1 to 5 digits: strtol alone would take "" (and with it
+     * "127.0.0.1:") as port 0, a port the kernel picks, and " 80" or "+80"
+     * as 80. */
+    size_t digits = strspn(colon + 1, "0123456789");
+    if (digits == 0 || digits > 5 || colon[1 + digits]) return -1;
+    long port = strtol(colon + 1, NULL, 10);
+    if (port > 65535) return -1;
     if (host[0] == '[' && hl > 2 && host[hl - 1] == ']') {
         host[hl - 1] = 0;
         struct sockaddr_in6 *a = (struct sockaddr_in6 *)out;

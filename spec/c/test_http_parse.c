@@ -68,8 +68,13 @@ static void test_listen(void) {
     expect_bad_listen("127.0.0.1");
     expect_bad_listen("8080");
     expect_bad_listen("");
+    expect_bad_listen("127.0.0.1:");
+    expect_bad_listen(":");
     expect_bad_listen("127.0.0.1:65536");
     expect_bad_listen("127.0.0.1:-1");
+    expect_bad_listen("127.0.0.1:-0");
+    expect_bad_listen("127.0.0.1:+80");
+    expect_bad_listen("127.0.0.1: 80");
     expect_bad_listen("127.0.0.1:80 ");
     expect_bad_listen("127.0.0.1:http");
     expect_bad_listen("127.0.0.1:80x");
@@ -99,6 +104,11 @@ static void test_listen(void) {
     memset(s, '1', sizeof s);
     snprintf(s + 500, sizeof s - 500, ":80");
     expect_bad_listen(s);
+    /* A port of more digits than any port has, even if their value is one. */
+    snprintf(s, sizeof s, "127.0.0.1:%0300d", 80);
+    expect_bad_listen(s);
+    expect_bad_listen("127.0.0.1:008080");
+    expect_listen("127.0.0.1:08080", AF_INET, "127.0.0.1", 8080);
 }
 
 /* A request as http.c makes one: zeroed up to its arena, the arena left as
