@@ -51,6 +51,15 @@ static void expect_client(const char *peer, const char *xff, const char *fwd, co
     check(memchr(out, 0, sizeof out) && strcmp(out, want) == 0, name, detail);
 }
 
+/* A request (its peer and the two headers, NULL when absent) and its client. */
+typedef struct client_case {
+    const char *peer, *xff, *forwarded, *want;
+} client_case;
+
+static void expect_clients(const client_case *c, size_t n) {
+    for (size_t i = 0; i < n; i++) expect_client(c[i].peer, c[i].xff, c[i].forwarded, c[i].want);
+}
+
 static void test_lists(void) {
     char err[256];
     expect_accepted("");
@@ -137,66 +146,71 @@ static void test_lists(void) {
     expect_client("10.0.0.1", "203.0.113.7", NULL, "10.0.0.1");
 }
 
+/* Behind the proxies 10.0.0.0/8, ::1 and 2001:db8::/32 (test_xff). */
+static const client_case xff_cases[] = {
+    /* From a peer that is not a proxy of ours, both headers are ignored. */
+    { "203.0.113.9", "198.51.100.1", NULL, "203.0.113.9" },
+    { "203.0.113.9", NULL, "for=198.51.100.1", "203.0.113.9" },
+    { "203.0.113.9", "10.0.0.5", "for=198.51.100.1", "203.0.113.9" },
+    { "2001:db9::1", "198.51.100.1", NULL, "2001:db9::1" },
+
+    /* A trusted peer names the client. */
+    { "10.0.0.1", "198.51.100.1", NULL, "198.51.100.1" },
+    { "::1", "198.51.100.1", NULL, "198.51.100.1" },
+    { "::ffff:10.0.0.1", "198.51.100.1", NULL, "198.51.100.1" },
+    { "10.0.0.1", "2001:db9::7", NULL, "2001:db9::7" },
+    /* Neither header: the peer. */
+    { "10.0.0.1", NULL, NULL, "10.0.0.1" },
+    { "10.0.0.1", "", "", "10.0.0.1" },
+
+    /* Read from the right: what the caller wrote itself comes first and is
+     * skipped; trusted hops are passed over. */
+    { "10.0.0.1", "1.1.1.1, 198.51.100.1", NULL, "198.51.100.1" },
+    { "10.0.0.1", "1.1.1.1, 198.51.100.1, 10.0.0.2, 10.3.3.3", NULL, "198.51.100.1" },
+    { "10.0.0.1", "1.1.1.1,198.51.100.1,10.0.0.2", NULL, "198.51.100.1" },
+    { "10.0.0.1", " 198.51.100.1 ,\t10.0.0.2\t", NULL, "198.51.100.1" },
+    { "10.0.0.1", "198.51.100.1, 2001:db8::5, ::1", NULL, "198.51.100.1" },
+    /* All hops trusted: the left-most one is the client as far as we know. */
+    { "10.0.0.1", "10.0.0.3, 10.0.0.2", NULL, "10.0.0.3" },
+
+    /* Ports and brackets that some proxies write. */
+    { "10.0.0.1", "198.51.100.1:5555", NULL, "198.51.100.1" },
+    { "10.0.0.1", "[2001:db9::7]:443", NULL, "2001:db9::7" },
+    { "10.0.0.1", "[2001:db9::7]", NULL, "2001:db9::7" },
+    { "10.0.0.1", "\"198.51.100.1\"", NULL, "198.51.100.1" },
+
+    /* IPv4-mapped IPv6 entries are addresses like any other, also as a
+     * trusted hop. */
+    { "10.0.0.1", "::ffff:198.51.100.1", NULL, "::ffff:198.51.100.1" },
+    { "10.0.0.1", "198.51.100.1, ::ffff:10.0.0.2", NULL, "198.51.100.1" },
+    { "10.0.0.1", "[::ffff:198.51.100.1]:80", NULL, "::ffff:198.51.100.1" },
+
+    /* A value that is not an address ends the walk at the last hop a proxy
+     * of ours vouched for: never past it, never a string of the caller's. */
+    { "10.0.0.1", "unknown", NULL, "10.0.0.1" },
+    { "10.0.0.1", "198.51.100.1, garbage", NULL, "10.0.0.1" },
+    { "10.0.0.1", "garbage, 198.51.100.1", NULL, "198.51.100.1" },
+    { "10.0.0.1", "198.51.100.1, garbage, 10.0.0.2", NULL, "10.0.0.2" },
+    { "10.0.0.1", "198.51.100.1, , 10.0.0.2", NULL, "10.0.0.2" },
+    { "10.0.0.1", "198.51.100.1,", NULL, "10.0.0.1" },
+    { "10.0.0.1", ",", NULL, "10.0.0.1" },
+    { "10.0.0.1", "   ", NULL, "10.0.0.1" },
+    { "10.0.0.1", "\"\"", NULL, "10.0.0.1" },
+    { "10.0.0.1", "\"", NULL, "10.0.0.1" },
+    { "10.0.0.1", "[2001:db9::7", NULL, "10.0.0.1" },
+    { "10.0.0.1", "[]", NULL, "10.0.0.1" },
+    { "10.0.0.1", "2001:db9::7:443:x", NULL, "10.0.0.1" },
+    { "10.0.0.1", "198.51.100.1/24", NULL, "10.0.0.1" },
+    { "10.0.0.1", "<script>", NULL, "10.0.0.1" },
+};
+
 static void test_xff(void) {
     char err[256];
     if (trust("10.0.0.0/8, ::1, 2001:db8::/32", err, sizeof err)) {
         check(0, "the proxies of test_xff", err);
         return;
     }
-    /* From a peer that is not a proxy of ours, both headers are ignored. */
-    expect_client("203.0.113.9", "198.51.100.1", NULL, "203.0.113.9");
-    expect_client("203.0.113.9", NULL, "for=198.51.100.1", "203.0.113.9");
-    expect_client("203.0.113.9", "10.0.0.5", "for=198.51.100.1", "203.0.113.9");
-    expect_client("2001:db9::1", "198.51.100.1", NULL, "2001:db9::1");
-
-    /* A trusted peer names the client. */
-    expect_client("10.0.0.1", "198.51.100.1", NULL, "198.51.100.1");
-    expect_client("::1", "198.51.100.1", NULL, "198.51.100.1");
-    expect_client("::ffff:10.0.0.1", "198.51.100.1", NULL, "198.51.100.1");
-    expect_client("10.0.0.1", "2001:db9::7", NULL, "2001:db9::7");
-    /* Neither header: the peer. */
-    expect_client("10.0.0.1", NULL, NULL, "10.0.0.1");
-    expect_client("10.0.0.1", "", "", "10.0.0.1");
-
-    /* Read from the right: what the caller wrote itself comes first and is
-     * skipped; trusted hops are passed over. */
-    expect_client("10.0.0.1", "1.1.1.1, 198.51.100.1", NULL, "198.51.100.1");
-    expect_client("10.0.0.1", "1.1.1.1, 198.51.100.1, 10.0.0.2, 10.3.3.3", NULL, "198.51.100.1");
-    expect_client("10.0.0.1", "1.1.1.1,198.51.100.1,10.0.0.2", NULL, "198.51.100.1");
-    expect_client("10.0.0.1", " 198.51.100.1 ,\t10.0.0.2\t", NULL, "198.51.100.1");
-    expect_client("10.0.0.1", "198.51.100.1, 2001:db8::5, ::1", NULL, "198.51.100.1");
-    /* All hops trusted: the left-most one is the client as far as we know. */
-    expect_client("10.0.0.1", "10.0.0.3, 10.0.0.2", NULL, "10.0.0.3");
-
-    /* Ports and brackets that some proxies write. */
-    expect_client("10.0.0.1", "198.51.100.1:5555", NULL, "198.51.100.1");
-    expect_client("10.0.0.1", "[2001:db9::7]:443", NULL, "2001:db9::7");
-    expect_client("10.0.0.1", "[2001:db9::7]", NULL, "2001:db9::7");
-    expect_client("10.0.0.1", "\"198.51.100.1\"", NULL, "198.51.100.1");
-
-    /* IPv4-mapped IPv6 entries are addresses like any other, also as a
-     * trusted hop. */
-    expect_client("10.0.0.1", "::ffff:198.51.100.1", NULL, "::ffff:198.51.100.1");
-    expect_client("10.0.0.1", "198.51.100.1, ::ffff:10.0.0.2", NULL, "198.51.100.1");
-    expect_client("10.0.0.1", "[::ffff:198.51.100.1]:80", NULL, "::ffff:198.51.100.1");
-
-    /* A value that is not an address ends the walk at the last hop a proxy
-     * of ours vouched for: never past it, never a string of the caller's. */
-    expect_client("10.0.0.1", "unknown", NULL, "10.0.0.1");
-    expect_client("10.0.0.1", "198.51.100.1, garbage", NULL, "10.0.0.1");
-    expect_client("10.0.0.1", "garbage, 198.51.100.1", NULL, "198.51.100.1");
-    expect_client("10.0.0.1", "198.51.100.1, garbage, 10.0.0.2", NULL, "10.0.0.2");
-    expect_client("10.0.0.1", "198.51.100.1, , 10.0.0.2", NULL, "10.0.0.2");
-    expect_client("10.0.0.1", "198.51.100.1,", NULL, "10.0.0.1");
-    expect_client("10.0.0.1", ",", NULL, "10.0.0.1");
-    expect_client("10.0.0.1", "   ", NULL, "10.0.0.1");
-    expect_client("10.0.0.1", "\"\"", NULL, "10.0.0.1");
-    expect_client("10.0.0.1", "\"", NULL, "10.0.0.1");
-    expect_client("10.0.0.1", "[2001:db9::7", NULL, "10.0.0.1");
-    expect_client("10.0.0.1", "[]", NULL, "10.0.0.1");
-    expect_client("10.0.0.1", "2001:db9::7:443:x", NULL, "10.0.0.1");
-    expect_client("10.0.0.1", "198.51.100.1/24", NULL, "10.0.0.1");
-    expect_client("10.0.0.1", "<script>", NULL, "10.0.0.1");
+    expect_clients(xff_cases, sizeof xff_cases / sizeof *xff_cases);
 
     /* Over-long values: an entry longer than any address is not one, and a
      * header of many entries is read to the end without harm. */
@@ -219,51 +233,56 @@ static void test_xff(void) {
     check(strcmp(small, "198.51.") == 0, "the client is cut to the buffer", small);
 }
 
+/* Behind the proxies 10.0.0.0/8 and ::1 (test_forwarded). */
+static const client_case forwarded_cases[] = {
+    { "10.0.0.1", NULL, "for=198.51.100.1", "198.51.100.1" },
+    { "10.0.0.1", "", "for=198.51.100.1", "198.51.100.1" },
+    { "10.0.0.1", NULL, "For=198.51.100.1", "198.51.100.1" },
+    { "10.0.0.1", NULL, "for=\"198.51.100.1\"", "198.51.100.1" },
+    { "10.0.0.1", NULL, "for=\"198.51.100.1:8080\"", "198.51.100.1" },
+    { "10.0.0.1", NULL, "for=\"[2001:db8::7]\"", "2001:db8::7" },
+    { "10.0.0.1", NULL, "for=\"[2001:db8::7]:4711\"", "2001:db8::7" },
+    { "10.0.0.1", NULL, "for=\"[::ffff:198.51.100.1]\"", "::ffff:198.51.100.1" },
+    /* for= among other pairs of an element. */
+    { "10.0.0.1", NULL, "proto=https;for=198.51.100.1;by=10.0.0.1", "198.51.100.1" },
+    { "10.0.0.1", NULL, "by=10.0.0.1; for=198.51.100.1", "198.51.100.1" },
+    { "10.0.0.1", NULL, "for=198.51.100.1;proto=https", "198.51.100.1" },
+
+    /* Several elements: from the right, past the trusted ones. */
+    { "10.0.0.1", NULL, "for=1.1.1.1, for=198.51.100.1, for=10.0.0.2", "198.51.100.1" },
+    { "10.0.0.1", NULL, "for=1.1.1.1,for=198.51.100.1;proto=http,for=\"[::1]:80\"", "198.51.100.1" },
+    { "10.0.0.1", NULL, "for=10.0.0.3, for=10.0.0.2", "10.0.0.3" },
+
+    /* X-Forwarded-For wins when present. */
+    { "10.0.0.1", "198.51.100.2", "for=198.51.100.1", "198.51.100.2" },
+
+    /* Obfuscated identifiers and "unknown" (RFC 7239 6.2, 6.3) name no
+     * address: the client is the last hop vouched for. */
+    { "10.0.0.1", NULL, "for=_hidden", "10.0.0.1" },
+    { "10.0.0.1", NULL, "for=unknown", "10.0.0.1" },
+    { "10.0.0.1", NULL, "for=\"_gazonk\", for=10.0.0.2", "10.0.0.2" },
+    { "10.0.0.1", NULL, "for=198.51.100.1, for=\"[_secret]:80\"", "10.0.0.1" },
+    /* An element without for=, an empty for=, garbage: the same. */
+    { "10.0.0.1", NULL, "proto=https", "10.0.0.1" },
+    { "10.0.0.1", NULL, "for=198.51.100.1, proto=https", "10.0.0.1" },
+    { "10.0.0.1", NULL, "for=", "10.0.0.1" },
+    { "10.0.0.1", NULL, "for=\"\"", "10.0.0.1" },
+    { "10.0.0.1", NULL, "for", "10.0.0.1" },
+    { "10.0.0.1", NULL, ";;;", "10.0.0.1" },
+    { "10.0.0.1", NULL, "198.51.100.1", "10.0.0.1" },
+    { "10.0.0.1", NULL, "forx=198.51.100.1", "10.0.0.1" },
+
+    /* An untrusted peer's Forwarded is ignored like its X-Forwarded-For. */
+    { "198.51.100.50", NULL, "for=198.51.100.1", "198.51.100.50" },
+};
+
 static void test_forwarded(void) {
     char err[256];
     if (trust("10.0.0.0/8, ::1", err, sizeof err)) {
         check(0, "the proxies of test_forwarded", err);
         return;
     }
-    expect_client("10.0.0.1", NULL, "for=198.51.100.1", "198.51.100.1");
-    expect_client("10.0.0.1", "", "for=198.51.100.1", "198.51.100.1");
-    expect_client("10.0.0.1", NULL, "For=198.51.100.1", "198.51.100.1");
-    expect_client("10.0.0.1", NULL, "for=\"198.51.100.1\"", "198.51.100.1");
-    expect_client("10.0.0.1", NULL, "for=\"198.51.100.1:8080\"", "198.51.100.1");
-    expect_client("10.0.0.1", NULL, "for=\"[2001:db8::7]\"", "2001:db8::7");
-    expect_client("10.0.0.1", NULL, "for=\"[2001:db8::7]:4711\"", "2001:db8::7");
-    expect_client("10.0.0.1", NULL, "for=\"[::ffff:198.51.100.1]\"", "::ffff:198.51.100.1");
-    /* for= among other pairs of an element. */
-    expect_client("10.0.0.1", NULL, "proto=https;for=198.51.100.1;by=10.0.0.1", "198.51.100.1");
-    expect_client("10.0.0.1", NULL, "by=10.0.0.1; for=198.51.100.1", "198.51.100.1");
-    expect_client("10.0.0.1", NULL, "for=198.51.100.1;proto=https", "198.51.100.1");
-
-    /* Several elements: from the right, past the trusted ones. */
-    expect_client("10.0.0.1", NULL, "for=1.1.1.1, for=198.51.100.1, for=10.0.0.2", "198.51.100.1");
-    expect_client("10.0.0.1", NULL, "for=1.1.1.1,for=198.51.100.1;proto=http,for=\"[::1]:80\"", "198.51.100.1");
-    expect_client("10.0.0.1", NULL, "for=10.0.0.3, for=10.0.0.2", "10.0.0.3");
-
-    /* X-Forwarded-For wins when present. */
-    expect_client("10.0.0.1", "198.51.100.2", "for=198.51.100.1", "198.51.100.2");
-
-    /* Obfuscated identifiers and "unknown" (RFC 7239 6.2, 6.3) name no
-     * address: the client is the last hop vouched for. */
-    expect_client("10.0.0.1", NULL, "for=_hidden", "10.0.0.1");
-    expect_client("10.0.0.1", NULL, "for=unknown", "10.0.0.1");
-    expect_client("10.0.0.1", NULL, "for=\"_gazonk\", for=10.0.0.2", "10.0.0.2");
-    expect_client("10.0.0.1", NULL, "for=198.51.100.1, for=\"[_secret]:80\"", "10.0.0.1");
-    /* An element without for=, an empty for=, garbage: the same. */
-    expect_client("10.0.0.1", NULL, "proto=https", "10.0.0.1");
-    expect_client("10.0.0.1", NULL, "for=198.51.100.1, proto=https", "10.0.0.1");
-    expect_client("10.0.0.1", NULL, "for=", "10.0.0.1");
-    expect_client("10.0.0.1", NULL, "for=\"\"", "10.0.0.1");
-    expect_client("10.0.0.1", NULL, "for", "10.0.0.1");
-    expect_client("10.0.0.1", NULL, ";;;", "10.0.0.1");
-    expect_client("10.0.0.1", NULL, "198.51.100.1", "10.0.0.1");
-    expect_client("10.0.0.1", NULL, "forx=198.51.100.1", "10.0.0.1");
-
-    /* An untrusted peer's Forwarded is ignored like its X-Forwarded-For. */
-    expect_client("198.51.100.50", NULL, "for=198.51.100.1", "198.51.100.50");
+    expect_clients(forwarded_cases, sizeof forwarded_cases / sizeof *forwarded_cases);
 }
 
 int main(void) {
