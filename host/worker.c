@@ -42,6 +42,10 @@
 
 /* Longest wait of a busy loop (a pool wait's deadline is checked then). */
 #define BUSY_POLL_MS 50
+/* Queued requests a loop starts per turn: between turns it takes in the
+ * answers that came meanwhile, so that requests already waiting (their
+ * time budget runs while they wait) are not held up behind a long queue. */
+#define TURN_STARTS  16
 /* database.pool_size's ceiling (httpc_poll's extra sockets, less the
  * wake-up and Redis). */
 
@@ -739,14 +743,15 @@ static void prepare(http_worker *hw) {
 }
 
 /* Waits for the loop's next event: an answer, a transfer, or a wake-up. */
-static void wait_events(http_worker *hw) {
+/* more_queued: do not wait, only take in what is there (the queue waits). */
+static void wait_events(http_worker *hw, int more_queued) {
     struct pollfd fds[1 + LOOP_FDS_MAX];
     int n = 0;
     fds[n++] = (struct pollfd){ .fd = hw->efd, .events = POLLIN };
     int timeout = -1;
     if (atomic_load(&hw->nrunning) > 0) {
         n += loop_pollfds(&hw->w, fds + n, LOOP_FDS_MAX);
-        timeout = loop_ready(&hw->w) ? 0 : BUSY_POLL_MS;
+        timeout = loop_ready(&hw->w) || more_queued ? 0 : BUSY_POLL_MS;
         loop_wait(&hw->w, fds, n, timeout, &hw->transfers_at, on_ready, hw);
     } else if (poll(fds, 1, -1) < 0 && errno != EINTR) {
         log_msg(LOG_ERROR, "worker_wait", "worker %d: poll failed: %s", hw->w.id, strerror(errno));
@@ -754,6 +759,13 @@ static void wait_events(http_worker *hw) {
     uint64_t v;
     if (read(hw->efd, &v, sizeof v) < 0 && errno != EAGAIN)
         log_msg(LOG_WARN, "worker_wait", "worker %d: reading its wake-up failed: %s", hw->w.id, strerror(errno));
+}
+
+static int more_queued(void) {
+    pthread_mutex_lock(&qlock);
+    int more = qhead != NULL;
+    pthread_mutex_unlock(&qlock);
+    return more;
 }
 
 static void *worker_main(void *arg) {
@@ -776,6 +788,7 @@ static void *worker_main(void *arg) {
             uint64_t gen = luart_generation_id();
             int behind = nrun > 0 && hw->w.gen && hw->w.gen->id != gen;
             int room = capacity - nrun - (mail ? 1 : 0);
+            if (room > TURN_STARTS) room = TURN_STARTS;
             while (!behind && !hw->reset && hw->w.L && room > 0 && qhead) {
                 sgw_request *req = qhead;
                 qhead = req->next;
@@ -800,7 +813,7 @@ static void *worker_main(void *arg) {
         if (leave) return NULL;
         if (!mine) {
             /* Idle or lent: the state is not ours to touch; wait to be woken. */
-            wait_events(hw);
+            wait_events(hw, 0);
             continue;
         }
         if (mail) run_migrated(hw, mail);
@@ -809,7 +822,7 @@ static void *worker_main(void *arg) {
             batch = req->next;
             run_queued(hw, req);
         }
-        if (atomic_load(&hw->nrunning) > 0) wait_events(hw);
+        if (atomic_load(&hw->nrunning) > 0) wait_events(hw, more_queued());
     }
 }
 
