@@ -15,6 +15,13 @@
  * LISTEN sgw_jobs connection, woken by NOTIFY from enqueue, with
  * jobs.poll_interval_ms as the fallback for delayed and retried jobs.
  *
+ * A job that ends done is deleted together with the others that ended in
+ * the same turn of the loop (flush_done): one statement for many, instead
+ * of one each. Until then it is neither running nor gone; were the instance
+ * to die meanwhile, its lease would run out and it would run again, as it
+ * would after a crash just before its DELETE (a handler must be safe to run
+ * again, and publish_target finds its target final and does nothing).
+ *
  * Worker 0 also runs handlers/timers.lua: a timer fires when its slot
  * (floor(now / every)) is first inserted into timer_runs, in the same
  * transaction as its job, so across instances each slot fires once.
@@ -72,6 +79,8 @@ typedef struct runner {
     uint64_t    listen_retry_at;
     job        *jobs;
     int         concurrency, running;
+    long long  *done;                /* jobs that ended done, not yet deleted (flush_done) */
+    int         ndone;
     char        locker[160];         /* locked_by: host:pid:worker:random */
     int         notified;            /* a NOTIFY (or a wake) since the last claim */
     int         more;                /* the last claim filled every free slot */
@@ -201,6 +210,8 @@ static int protected_call(lua_State *L, lua_CFunction f, void *ud, char *err, si
 
 typedef enum { OUT_DONE, OUT_RETRY_IN, OUT_FAILED, OUT_DEAD } outcome;
 
+static void flush_done(runner *r);
+
 static void count(const job *j, const char *what) {
     char labels[NAME_MAX_LEN + 64];
     snprintf(labels, sizeof labels, "kind=\"%s\",outcome=\"%s\"", valid_kind(j->kind) ? j->kind : "invalid", what);
@@ -223,14 +234,9 @@ static void finish_job(runner *r, job *j, outcome out, double secs, const char *
     if (out == OUT_FAILED && j->attempts >= j->max_attempts) out = OUT_DEAD;
     PGresult *res = NULL;
     if (out == OUT_DONE) {
-        const char *v[] = { id, r->locker };
-        res = exec_sql(r, "completing a job", "DELETE FROM jobs WHERE id = $1 AND locked_by = $2", 2, v,
-                       PGRES_COMMAND_OK);
-        if (res && strcmp(PQcmdTuples(res), "0") == 0)
-            log_msg(LOG_WARN, "job_lease_lost", "job %lld (%s) finished after its lease had passed to another worker",
-                    j->id, j->kind);
-        else
-            log_msg(LOG_DEBUG, "job_done", "job %lld (%s) done on attempt %d", j->id, j->kind, j->attempts);
+        if (r->ndone == r->concurrency) flush_done(r); /* cannot happen: each turn ends fewer */
+        r->done[r->ndone++] = j->id;
+        log_msg(LOG_DEBUG, "job_done", "job %lld (%s) done on attempt %d", j->id, j->kind, j->attempts);
         count(j, "done");
     } else if (out == OUT_RETRY_IN) {
         snprintf(num, sizeof num, "%.3f", secs);
@@ -269,6 +275,40 @@ static void finish_job(runner *r, job *j, outcome out, double secs, const char *
     PQclear(res); /* on failure the lease runs out and the job runs again */
     j->used = 0;
     r->running--;
+}
+
+/* Deletes the jobs that ended done since the last time, in one statement.
+ * On failure they stay in the table: their leases run out and they run
+ * again, as a failed DELETE of one job always made it. */
+static void flush_done(runner *r) {
+    if (r->ndone == 0) return;
+    size_t cap = (size_t)r->ndone * 22 + 8;
+    char *ids = malloc(cap);
+    if (!ids) {
+        r->ndone = 0;
+        return;
+    }
+    size_t o = (size_t)snprintf(ids, cap, "{");
+    for (int i = 0; i < r->ndone; i++) o += (size_t)snprintf(ids + o, cap - o, "%s%lld", i ? "," : "", r->done[i]);
+    snprintf(ids + o, cap - o, "}");
+    const char *v[] = { ids, r->locker };
+    PGresult *res = exec_sql(r, "completing jobs",
+                             "DELETE FROM jobs WHERE id = ANY($1::bigint[]) AND locked_by = $2 RETURNING id", 2, v,
+                             PGRES_TUPLES_OK);
+    if (res && PQntuples(res) < r->ndone) {
+        /* The ones not deleted had passed to another worker (RETURNING has no order). */
+        for (int i = 0; i < r->ndone; i++) {
+            int found = 0;
+            for (int k = 0; k < PQntuples(res) && !found; k++)
+                found = strtoll(PQgetvalue(res, k, 0), NULL, 10) == r->done[i];
+            if (!found)
+                log_msg(LOG_WARN, "job_lease_lost", "job %lld finished after its lease had passed to another worker",
+                        r->done[i]);
+        }
+    }
+    PQclear(res);
+    free(ids);
+    r->ndone = 0;
 }
 
 /* ------------------------------------------------------------ running */
@@ -769,6 +809,7 @@ static void *runner_main(void *arg) {
     for (;;) {
         uint64_t now = clock_mono_ms();
         int stop = atomic_load(&stopping);
+        flush_done(r);
         if (stop && r->running == 0) break;
         if (stop && now >= atomic_load(&drain_deadline)) {
             abandon(r);
@@ -834,6 +875,8 @@ static void runner_free(runner *r) {
     r->listen = NULL;
     free(r->jobs);
     r->jobs = NULL;
+    free(r->done);
+    r->done = NULL;
     free(r->timers);
     r->timers = NULL;
 }
@@ -875,8 +918,9 @@ int jobs_start(int n) {
         }
         r->concurrency = conc;
         r->jobs = calloc((size_t)conc, sizeof *r->jobs);
+        r->done = calloc((size_t)conc, sizeof *r->done);
         r->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-        if (loop_open(&r->w, conc) || !r->w.pgpool || !r->jobs || r->efd < 0) {
+        if (loop_open(&r->w, conc) || !r->w.pgpool || !r->jobs || !r->done || r->efd < 0) {
             log_msg(LOG_ERROR, "jobs_start", "job worker %d: cannot allocate its resources", i);
             goto fail;
         }

@@ -161,13 +161,25 @@ function M.result(post_id, status, targets)
   return { postId = post_id, status = status, targets = json.array(list) }
 end
 
+-- The post's columns for a statement that locks the post (FOR UPDATE) and
+-- hands it to M.settle_locked.
+M.POST_COLUMNS = POST_COLUMNS
+
 -- After a target changed, inside the same transaction: derive the post's
 -- status; when every target is final, finish the operation and emit
 -- social.post.published to the client that created the post.
 function M.settle(post_id)
   local rows = assert(db.query("SELECT " .. POST_COLUMNS .. " FROM posts WHERE id = $1 FOR UPDATE", post_id))
-  local post = rows[1]
+  return M.settle_locked(rows[1])
+end
+
+-- M.settle for a post its caller locked (FOR UPDATE, in this transaction)
+-- after changing the target: the targets are read by a statement of their
+-- own, so they are seen as the transactions that held the lock before left
+-- them (whichever target ends last sees every other one final).
+function M.settle_locked(post)
   if not post or M.FINAL_POST[post.status] then return end
+  local post_id = post.id
   local targets = M.targets_of(post_id)
   local published, failed, open = 0, 0, 0
   for _, t in ipairs(targets) do

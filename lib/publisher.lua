@@ -20,6 +20,44 @@ local LOAD_SQL = [[
     FROM post_targets t JOIN posts p ON p.id = t.post_id JOIN social_accounts a ON a.id = t.social_account_id
    WHERE t.id = $1 FOR UPDATE OF t]]
 
+-- The common case of step 1 in one statement, without a transaction of its
+-- own: a target that is due (scheduled, queued, or retry_scheduled whose
+-- time has come) on an active account is locked, marked 'publishing' with
+-- its attempt counted, and its post (when it was not publishing yet) made
+-- 'publishing' with its operation running, as posts.settle would (a target
+-- that is not final keeps the post open). $2 is clock.now(). The row comes
+-- back as it was before, with `started`; when nothing started, begin's
+-- transaction below decides (and nothing was written).
+local START_SQL = [[
+  WITH cur AS MATERIALIZED (
+    SELECT t.id, t.post_id, t.status, t.attempts, t.run_attempts, t.adapter_state, t.next_attempt_at,
+           p.content, p.image, a.id AS account_id, a.platform, a.platform_account_id, a.access_token_enc,
+           a.environment, a.status AS account_status, a.company_id
+      FROM post_targets t JOIN posts p ON p.id = t.post_id JOIN social_accounts a ON a.id = t.social_account_id
+     WHERE t.id = $1 FOR UPDATE OF t),
+  started AS (
+    UPDATE post_targets t SET status = 'publishing', attempts = t.attempts + 1, run_attempts = t.run_attempts + 1,
+           attempt_started_at = to_timestamp($2), next_attempt_at = NULL, updated_at = now()
+      FROM cur
+     WHERE t.id = cur.id AND cur.account_status = 'active'
+       AND (cur.status IN ('scheduled', 'queued')
+            OR (cur.status = 'retry_scheduled'
+                AND (cur.next_attempt_at IS NULL OR cur.next_attempt_at <= to_timestamp($2 + 0.5))))
+    RETURNING t.id),
+  post AS (
+    UPDATE posts p SET status = 'publishing', updated_at = now()
+      FROM cur, started
+     WHERE p.id = cur.post_id
+       AND p.status NOT IN ('publishing', 'published', 'partially_published', 'failed', 'cancelled')
+    RETURNING p.operation_id),
+  op AS (
+    UPDATE operations o SET status = 'running', updated_at = now()
+      FROM post WHERE o.id = post.operation_id AND o.status = 'queued')
+  SELECT cur.id, cur.post_id, cur.status, cur.attempts, cur.run_attempts, cur.adapter_state, cur.content, cur.image,
+         cur.account_id, cur.platform, cur.platform_account_id, cur.access_token_enc, cur.environment, cur.company_id,
+         EXISTS (SELECT 1 FROM started) AS started
+    FROM cur]]
+
 local function fail_now(target_id, post_id, code, message, platform_code)
   assert(db.exec([[UPDATE post_targets SET status = 'failed', error = $2, next_attempt_at = NULL, updated_at = now()
       WHERE id = $1]], target_id, json.encode({ code = code, message = message, retryable = false, platformCode = platform_code })))
@@ -29,7 +67,13 @@ end
 -- Step 1: returns the row and whether an earlier attempt must be resolved,
 -- or nil (nothing to do) and an optional retry_in.
 local function begin(target_id)
-  local row, resolve, later
+  local now = clock.now()
+  local row = assert(db.query(START_SQL, target_id, now))[1]
+  if row and row.started then
+    row.attempts, row.run_attempts, row.attempt_started_at = row.attempts + 1, row.run_attempts + 1, now
+    return row, false
+  end
+  local resolve, later
   db.transaction(function()
     row = assert(db.query(LOAD_SQL, target_id))[1]
     if not row or posts.FINAL_TARGET[row.status] then row = nil return end
@@ -88,9 +132,16 @@ local function record(row, outcome)
   db.transaction(function()
     local status = outcome.status
     if status == "published" then
-      assert(db.exec([[UPDATE post_targets SET status = 'published', platform_post_id = $2, permalink_url = $3,
-          published_at = now(), error = NULL, next_attempt_at = NULL, updated_at = now() WHERE id = $1]],
-        row.id, outcome.platform_post_id, outcome.permalink_url))
+      -- The target is written and then its post locked, in one statement
+      -- (in this order, like every other step: the target first).
+      local post = assert(db.query([[WITH t AS (
+            UPDATE post_targets SET status = 'published', platform_post_id = $2, permalink_url = $3,
+                   published_at = now(), error = NULL, next_attempt_at = NULL, updated_at = now()
+             WHERE id = $1 RETURNING post_id)
+          SELECT ]] .. posts.POST_COLUMNS .. [[ FROM posts WHERE id = (SELECT post_id FROM t) FOR UPDATE]],
+        row.id, outcome.platform_post_id, outcome.permalink_url))[1]
+      posts.settle_locked(post)
+      return
     elseif status == "unknown" then
       -- Stays 'publishing': the next run asks the platform before trying again.
       answer = { retry_in = retry.delay(row.run_attempts, { base = config.get("publishing.retry.base_seconds"),
