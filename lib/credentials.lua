@@ -105,16 +105,24 @@ end
 -- cache, the generation it came from. True when the cache was dropped since
 -- then, by this call or by another worker's: such an identity must be
 -- looked up again.
+-- The epoch and count this worker last saw: while they have not moved, it
+-- need not ask the store whether another worker saw them move first.
+local seen_epoch, seen_changes
+
 function M.observe_epoch(epoch, cached_generation)
   if epoch == nil then
     cache_clear()
     shared.delete(EPOCH_KEY)
+    seen_epoch = nil
     return true
   end
-  if shared.get(EPOCH_KEY) ~= epoch then
-    cache_clear()
-    shared.set(EPOCH_KEY, epoch)
-    return true
+  if epoch ~= seen_epoch then
+    seen_epoch = epoch
+    if shared.get(EPOCH_KEY) ~= epoch then
+      cache_clear()
+      shared.set(EPOCH_KEY, epoch)
+      return true
+    end
   end
   return cached_generation ~= nil and cached_generation ~= generation()
 end
@@ -146,16 +154,43 @@ local function decode(text)
   return ident
 end
 
+-- What this worker read from the store, by digest, for the generation it
+-- read it under (a generation that moved empties it): a request served
+-- from it costs one read of the generation, not a read and a parse of the
+-- entry. Each keeps the entry's end (clock.mono_ms), so it lives no longer
+-- than the entry itself.
+local near, near_gen, near_size, NEAR_MAX = {}, nil, 0, 10000
+
+-- The generation, after making sure the host's count of credential-change
+-- news has not moved since it was last acted on (else the cache is dropped).
+local function current_generation()
+  local changes = redis and redis.invalidations and redis.invalidations()
+  if changes and changes ~= seen_changes then
+    seen_changes = changes
+    if changes ~= shared.get(CHANGES_KEY) then
+      cache_clear()
+      shared.set(CHANGES_KEY, changes)
+    end
+  end
+  return generation()
+end
+
 -- The identity cached for digest in generation gen, or nil.
 local function cache_get(digest, gen)
-  local changes = redis and redis.invalidations and redis.invalidations()
-  if changes and changes ~= shared.get(CHANGES_KEY) then
-    cache_clear()
-    shared.set(CHANGES_KEY, changes)
-    return nil
-  end
-  local text = shared.get(ENTRY_PREFIX .. gen .. ":" .. digest)
-  return text and decode(text)
+  if gen ~= near_gen then near, near_gen, near_size = {}, gen, 0 end
+  local now = clock.mono_ms()
+  local e = near[digest]
+  if e and now < e.ends then return e.ident end
+  local key = ENTRY_PREFIX .. gen .. ":" .. digest
+  local text = shared.get(key)
+  local ident = text and decode(text)
+  if not ident then return nil end
+  local left = shared.ttl(key)
+  if not left then return nil end
+  if near_size >= NEAR_MAX then near, near_size = {}, 0 end
+  if not near[digest] then near_size = near_size + 1 end
+  near[digest] = { ident = ident, ends = now + (left > 0 and left or math.huge) }
+  return ident
 end
 
 -- Kept under the generation read before the database was asked: when the
@@ -212,7 +247,7 @@ function M.lookup(credential, use_cache)
   if #credential > MAX_CREDENTIAL_LENGTH then return nil, "malformed" end
   local digest = crypto.sha256(credential)
   local now = clock.now()
-  local gen = use_cache and generation()
+  local gen = use_cache and current_generation()
   -- A cached identity came from this very credential, checked in full when
   -- it was cached: the shape checks below are for the first time only.
   if use_cache then

@@ -55,6 +55,11 @@ function M.shared_store(now_ms)
       return e.value
     end,
     delete = function(key) local e = live(key) store[key] = nil return e ~= nil end,
+    ttl = function(key)
+      local e = live(key)
+      if not e then return nil, "not found" end
+      return e.expires and e.expires - now_ms() or 0
+    end,
   }
 end
 
@@ -66,6 +71,7 @@ function M.install(overrides)
   _G.log = { debug = function() end, info = function() end, warn = function() end, error = function() end }
   _G.clock = {
     now = function() return now end,
+    mono_ms = function() return now * 1000 end,
     set = function(t) now = t end,
     iso = function(t) return os.date("!%Y-%m-%dT%H:%M:%S.000Z", math.floor(t or now)) end,
   }

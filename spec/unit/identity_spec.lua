@@ -46,6 +46,43 @@ describe("credentials", function()
   end)
 end)
 
+describe("credentials.lookup's cache", function()
+  local key = "sgk_test_" .. string.rep("c", 40)
+  local queries
+  before_each(function()
+    queries = 0
+    -- Digests need only be distinct here.
+    crypto.sha256 = function(text) return "digest:" .. text end
+    crypto.hex_encode = function(text) return (text:gsub(".", function(c) return ("%02x"):format(c:byte()) end)) end
+    _G.db = { query = function(_, hash)
+      queries = queries + 1
+      return { { hash = hash, client_id = "cli_1", company_id = "cmp_1", environment = "test",
+                 scopes = "posts:read", rate_limit_per_minute = 600 } }
+    end }
+  end)
+  after_each(function() _G.db, crypto.sha256, crypto.hex_encode = nil, nil, nil end)
+
+  it("asks the database once, then serves the identity until it expires or the cache is dropped", function()
+    local a = assert(credentials.lookup(key, true))
+    assert.are.equal("cli_1", a.client_id)
+    assert.are.equal(1, queries)
+    local b = assert(credentials.lookup(key, true))          -- from the store
+    assert.are.same({ a.client_id, a.rate_limit, a.scope_list }, { b.client_id, b.rate_limit, b.scope_list })
+    assert.are.equal(b, (credentials.lookup(key, true)))      -- this worker's copy of it, the same table
+    assert.are.equal(1, queries)
+    -- Another worker dropped the cache (a rotation it heard of): asked again.
+    shared.incr("credentials:generation", 1, 0)
+    assert(credentials.lookup(key, true))
+    assert.are.equal(2, queries)
+    assert(credentials.lookup(key, true))
+    assert.are.equal(2, queries)
+    -- Past api.credential_cache_seconds: asked again.
+    clock.set(clock.now() + config.get("api.credential_cache_seconds") + 1)
+    assert(credentials.lookup(key, true))
+    assert.are.equal(3, queries)
+  end)
+end)
+
 describe("auth.presented", function()
   local key = "sgk_test_" .. string.rep("k", 40)
   local function req(headers) return { headers = headers } end
