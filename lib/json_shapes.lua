@@ -113,6 +113,11 @@ function M.use(text)
   doc, M.cache = parse(text), {}
 end
 
+-- Parsed while the host builds the state (it loads every module then), not
+-- by the first request that needs it after a start or a reload: that
+-- request's time budget would pay for reading the whole document.
+if asset then document() end
+
 -- ------------------------------------------------------------ shapes
 
 local function pointer(ref)
