@@ -128,10 +128,9 @@ function M.observe_epoch(epoch, cached_generation)
 end
 
 -- An identity is kept as the row it was made from, one line per field,
--- since the store holds strings; each worker remembers the tables it made
--- from them (made once per worker, not per request).
+-- since the store holds strings (each worker keeps the table it makes from
+-- one: the near cache below).
 local ROW_PATTERN = "^(.-)\n(.-)\n(.-)\n(.-)\n(.-)\n(.-)\n(.-)\n(.*)$"
-local decoded, decoded_size, DECODED_MAX = {}, 0, 10000
 
 local function encode(row, kind)
   local expires = row.expires_epoch and string.format("%.17g", row.expires_epoch) or ""
@@ -142,16 +141,11 @@ end
 local identity
 
 local function decode(text)
-  local ident = decoded[text]
-  if ident then return ident end
   local kind, hash, client_id, company_id, environment, scope_text, rate_limit, expires = text:match(ROW_PATTERN)
   if not kind then return nil end
-  ident = identity({ hash = hash, client_id = client_id, company_id = company_id, environment = environment,
+  return identity({ hash = hash, client_id = client_id, company_id = company_id, environment = environment,
     scopes = scope_text, rate_limit_per_minute = tonumber(rate_limit),
     expires_epoch = tonumber(expires) }, kind)
-  if decoded_size >= DECODED_MAX then decoded, decoded_size = {}, 0 end
-  decoded[text], decoded_size = ident, decoded_size + 1
-  return ident
 end
 
 -- What this worker read from the store, by digest, for the generation it

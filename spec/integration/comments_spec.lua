@@ -55,9 +55,7 @@ local function assert_shape(c)
   assert.are.equal("number", type(c.likeCount))
 end
 
-local function iso(t)
-  return os.date("!%Y-%m-%dT%H:%M:%S", math.floor(t)) .. string.format(".%03dZ", math.floor((t % 1) * 1000 + 0.5))
-end
+local iso = stack.iso
 
 describe("comments", function()
   local sgw, images, key, live_key, other_key, narrow_key

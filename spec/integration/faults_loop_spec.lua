@@ -18,10 +18,7 @@ local steady_load = require "steady_load"
 local fixture_root = require "fixture_root"
 local cjson = require "cjson.safe"
 
-local function iso(t)
-  local whole = math.floor(t)
-  return os.date("!%Y-%m-%dT%H:%M:%S", whole) .. string.format(".%03dZ", math.floor((t - whole) * 1000))
-end
+local iso = stack.iso
 
 local function is_2xx(status) return type(status) == "number" and status >= 200 and status < 300 end
 

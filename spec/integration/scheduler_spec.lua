@@ -16,10 +16,7 @@ local SETTINGS = {
 
 local cli = stack.cli
 
-local function iso(t)
-  local whole = math.floor(t)
-  return os.date("!%Y-%m-%dT%H:%M:%S", whole) .. string.format(".%03dZ", math.floor((t - whole) * 1000))
-end
+local iso = stack.iso
 
 -- A company with a sandbox client and two test pages on this instance.
 local function tenant(inst)

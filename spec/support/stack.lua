@@ -62,6 +62,13 @@ function M.now()
   return socket.gettime()
 end
 
+--- t (seconds since the epoch, as M.now gives) as an RFC 3339 UTC timestamp
+--- with milliseconds.
+function M.iso(t)
+  local whole = math.floor(t)
+  return os.date("!%Y-%m-%dT%H:%M:%S", whole) .. string.format(".%03dZ", math.floor((t - whole) * 1000))
+end
+
 --- Calls fn until it returns a truthy value (returned) or timeout seconds pass
 --- (then raises with message, or with fn's second return value).
 function M.eventually(fn, timeout, interval, message)
