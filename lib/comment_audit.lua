@@ -8,12 +8,12 @@ local sqltime = require "sqltime"
 
 local M = {}
 
--- action: the operation type (comment.hide, ...); actor: lib/actors.lua.
--- Inside the caller's transaction.
-function M.record(comment_id, action, actor, operation_id)
+-- comment: its row (comments.find); action: the operation type
+-- (comment.hide, ...); actor: lib/actors.lua. Inside the caller's transaction.
+function M.record(comment, action, actor, operation_id)
   local actor_type, actor_id = actors.columns(actor)
-  assert(db.exec([[INSERT INTO comment_audit (comment_id, action, actor_type, actor_id, operation_id)
-      VALUES ($1, $2, $3, $4, $5)]], comment_id, action, actor_type, actor_id, operation_id))
+  assert(db.exec([[INSERT INTO comment_audit (comment_id, company_id, action, actor_type, actor_id, operation_id)
+      VALUES ($1, $2, $3, $4, $5, $6)]], comment.id, comment.company_id, action, actor_type, actor_id, operation_id))
 end
 
 -- This comment's own outcome of an operation (succeeded, failed, ...).

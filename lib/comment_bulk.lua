@@ -50,7 +50,7 @@ end
 -- company and environment (404), or when a hide or unhide names the
 -- account's own comments (422); returns the comments by id.
 local function load(client, action, ids)
-  local rows = assert(db.query([[SELECT id, is_from_account, is_deleted FROM comments
+  local rows = assert(db.query([[SELECT id, company_id, is_from_account, is_deleted FROM comments
       WHERE id IN (SELECT jsonb_array_elements_text($1::jsonb)) AND company_id = $2 AND environment = $3]],
     ids, client.company_id, client.environment))
   local found = {}

@@ -68,7 +68,7 @@ local TARGET_ERRORS = { invalid_request = true, content_rejected = true }
 -- comment just made, such as our own reply).
 local VANISHED_SQL = [[
   SELECT platform_comment_id FROM comments
-   WHERE post_target_id = $1 AND NOT is_deleted
+   WHERE post_target_id = $1 AND company_id = $5 AND NOT is_deleted
      AND first_seen_at < to_timestamp($2::float8) - make_interval(secs => $3)
      AND platform_comment_id NOT IN (SELECT jsonb_array_elements_text($4::jsonb))]]
 
@@ -76,7 +76,7 @@ local function vanished(ctx, row, seen)
   local ids = {}
   for id in pairs(seen) do ids[#ids + 1] = id end
   local rows = assert(db.query(VANISHED_SQL, row.id, row.checked_at, config.get("sync.deletion_grace_seconds"),
-    json.encode(json.array(ids))))
+    json.encode(json.array(ids)), row.company_id))
   local out = {}
   for i, r in ipairs(rows) do
     out[i] = { social_account_id = ctx.account.id, platform = ctx.account.platform,

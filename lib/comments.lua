@@ -99,6 +99,7 @@ local function upsert_sql()
   set[#set + 1] = ("state_changed = (%s) IS DISTINCT FROM (%s)")
     :format(table.concat(new_state, ", "), table.concat(old_state, ", "))
   set[#set + 1] = ("state_changes = array_remove(ARRAY[%s]::text[], NULL)"):format(table.concat(changes, ", "))
+  set[#set + 1] = "last_write_inserted = false"
   return [[
 WITH obs AS (
   SELECT o.*, t.id AS target_id, t.post_id, t.company_id, t.environment
@@ -124,11 +125,11 @@ WITH obs AS (
     FROM obs
     -- One lock order for every caller, so concurrent batches cannot deadlock.
     ORDER BY social_account_id, platform_comment_id
-  ON CONFLICT (social_account_id, platform_comment_id) DO UPDATE SET ]] .. table.concat(set, ",\n      ") .. [[
+  ON CONFLICT (social_account_id, platform_comment_id, company_id) DO UPDATE SET ]] .. table.concat(set, ",\n      ") .. [[
 
     -- Nothing to write when the observation changes nothing (a redelivery).
     WHERE (]] .. table.concat(new, ", ") .. [[) IS DISTINCT FROM (]] .. table.concat(old, ", ") .. [[)
-  RETURNING comments.*, (xmax = 0) AS created
+  RETURNING comments.*, comments.last_write_inserted AS created
 )
 SELECT ]] .. M.select_list("up.") .. [[, up.created, up.state_changed, to_jsonb(up.state_changes) AS state_changes, p.client_id
   FROM up JOIN posts p ON p.id = up.post_id]]

@@ -73,7 +73,7 @@ function M.create(client, comment, action, actor, message, trigger)
   actors.columns(actor)
   db.transaction(function()
     operations.create(client, OPERATION[action], "comment", comment.id, op_id, { trigger = trigger })
-    comment_audit.record(comment.id, OPERATION[action], actor, op_id)
+    comment_audit.record(comment, OPERATION[action], actor, op_id)
     -- Attempts are counted and capped by the job itself (publishing.retry.*).
     assert(jobs.enqueue("moderate_comment", { operationId = op_id, action = action, message = message,
       actor = actor }, { max_attempts = 1000 }))
@@ -101,7 +101,7 @@ local LOAD_SQL = [[
          a.id AS account_id, a.platform, a.platform_account_id, a.access_token_enc, a.status AS account_status,
          a.status_reason AS account_reason, a.name, a.username
     FROM operations o
-    JOIN comments c ON c.id = o.resource_id
+    JOIN comments c ON c.id = o.resource_id AND c.company_id = o.company_id
     JOIN social_accounts a ON a.id = c.social_account_id
    WHERE o.id = $1]]
 
@@ -197,8 +197,9 @@ local function succeed(row, payload, outcome)
     end
     comments.apply({ reply_observation(row, payload, outcome) }, { actor = actor, data = data, created = false })
     -- The row may be older than this apply: Meta's webhook for the Page's own reply can be quicker.
-    local id = assert(db.query("SELECT id FROM comments WHERE social_account_id = $1 AND platform_comment_id = $2",
-      row.account_id, outcome.platform_comment_id))[1].id
+    local id = assert(db.query([[SELECT id FROM comments
+        WHERE social_account_id = $1 AND platform_comment_id = $2 AND company_id = $3]],
+      row.account_id, outcome.platform_comment_id, row.company_id))[1].id
     local reply = comments.find(client_of(row), id)
     comment_changes.record(id, "replied", actor, data)
     operations.finish(row.id, "succeeded", { commentId = id, platformCommentId = outcome.platform_comment_id })

@@ -39,7 +39,7 @@ end
 -- test-environment targets have pages.
 local function find_post(token)
   if type(token) ~= "string" or #token ~= TOKEN_CHARS or not token:match("^%w+$") then return nil end
-  return assert(db.query([[SELECT t.id AS target_id, t.platform, p.content, p.image,
+  return assert(db.query([[SELECT t.id AS target_id, t.company_id, t.platform, p.content, p.image,
         a.name AS account_name, a.username AS account_username,
         ]] .. when("coalesce(t.published_at, s.created_at)", "published_at") .. [[
       FROM sandbox_publications s
@@ -62,10 +62,11 @@ end
 -- whose parent sgw has not seen stands on its own). Hidden comments keep
 -- their text, marked hidden, as a Page's own view shows them; deleted ones
 -- keep their place as "removed", without their text.
-local function thread(target_id, account_name)
+local function thread(target_id, company_id, account_name)
   local rows = assert(db.query([[SELECT platform_comment_id, parent_platform_comment_id, text, author_name,
         is_from_account, is_hidden, is_deleted, like_count, ]] .. when("created_at", "created_at") .. [[
-      FROM comments WHERE post_target_id = $1 ORDER BY created_at, id LIMIT $2]], target_id, M.MAX_COMMENTS + 1))
+      FROM comments WHERE post_target_id = $1 AND company_id = $2
+      ORDER BY created_at, id LIMIT $3]], target_id, company_id, M.MAX_COMMENTS + 1))
   local more = #rows > M.MAX_COMMENTS
   local top, by_id = {}, {}
   for i = 1, math.min(#rows, M.MAX_COMMENTS) do
@@ -97,7 +98,7 @@ function M.find(token)
   if not row then return nil end
   local content = row.content or {}
   local link = type(content.link) == "string" and content.link:match("^https?://") and content.link or nil
-  local comments, count, more = thread(row.target_id, row.account_name)
+  local comments, count, more = thread(row.target_id, row.company_id, row.account_name)
   local instagram = row.platform == "instagram"
   return {
     instagram = instagram, facebook = not instagram,
