@@ -12,7 +12,8 @@ return {
   { name = "comments.sync", every = "sync.interval_seconds", job = "sync_comments" },
   -- Tokens Meta no longer honours, and their expiry dates (lib/token_check.lua).
   { name = "meta.token_check", every = config.get("meta.token_check_interval_hours") * 3600, job = "check_tokens" },
-  -- Old tokens, Meta deliveries, events and unused uploads (lib/retention.lua).
+  -- Old tokens, Meta deliveries, events and unused uploads (lib/retention.lua);
+  -- the day partitions ahead (lib/partitions.lua).
   { name = "retention", every = "retention.interval_seconds", job = "retention" },
   -- Pages whose webhook subscription was lost (lib/meta_subscriptions.lua).
   { name = "meta.subscriptions", every = "meta.subscription_check_interval_seconds", job = "meta_subscriptions_check" },

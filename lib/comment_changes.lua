@@ -108,19 +108,25 @@ local function number(client, batch)
   db.transaction(function()
     assert(db.query("SELECT pg_advisory_xact_lock(hashtextextended('comment_changes/' || $1::text || '/' || $2::text, 0))",
       client.company_id, client.environment))
-    local ids = assert(db.query([[SELECT id FROM comment_changes
+    local ids = assert(db.query([[SELECT id, floor(extract(epoch FROM changed_at))::bigint AS second FROM comment_changes
         WHERE company_id = $1 AND environment = $2 AND sequence IS NULL ORDER BY id LIMIT $3]],
       client.company_id, client.environment, batch))
     if #ids == 0 then return end
-    local list = {}
-    for i, r in ipairs(ids) do list[i] = r.id end
+    -- From the oldest change's second on: the update reads the day
+    -- partitions (lib/partitions.lua) from there, not every one.
+    local list, since = {}, math.huge
+    for i, r in ipairs(ids) do
+      list[i] = r.id
+      since = math.min(since, r.second)
+    end
     assert(db.exec([[WITH counter AS (
           INSERT INTO comment_change_counters AS k (company_id, environment, last) VALUES ($1, $2, $4)
           ON CONFLICT (company_id, environment) DO UPDATE SET last = k.last + $4
           RETURNING k.last - $4 AS base)
         UPDATE comment_changes c SET sequence = counter.base + t.n
           FROM counter, jsonb_array_elements_text($3::jsonb) WITH ORDINALITY AS t(id, n)
-         WHERE c.id = t.id::bigint]], client.company_id, client.environment, json.encode(list), #list))
+         WHERE c.id = t.id::bigint AND c.changed_at >= to_timestamp($5)]],
+      client.company_id, client.environment, json.encode(list), #list, since))
   end)
 end
 

@@ -25,7 +25,7 @@ function M.emit_many(list)
     local id, data_json = "evt_" .. crypto.random_token(24), json.encode(e.data, json_shapes.event_data(e.type))
     ids[i] = id
     rows[i] = { id = id, company_id = e.client.company_id, environment = e.client.environment,
-      client_id = e.client.client_id, type = e.type, data = data_json,
+      client_id = e.client.client_id, type = e.type, data = data_json, created_second = math.floor(created),
       body = webhooks.body(id, e.type, created, e.client.environment, data_json) }
   end
   assert(db.exec([[INSERT INTO events (id, company_id, environment, client_id, type, data, body, created_at)

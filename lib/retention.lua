@@ -15,44 +15,72 @@
 --                     of changes made that many days ago; rows no reader
 --                     has numbered yet are kept whatever their age, so the
 --                     feed starts at the oldest change still kept
+--
+-- Events, delivery attempts, Meta deliveries and comment changes live in
+-- daily partitions (lib/partitions.lua): a day that ended that many days
+-- ago is dropped whole, unless it holds a row the kind keeps (an
+-- unprocessed delivery, an unnumbered change); such a day, and the default
+-- partition, are then deleted row by row like the other kinds.
+local partitions = require "partitions"
+
 local M = {}
 
 local KINDS = {
   { name = "oauth_tokens", sql = [[DELETE FROM access_tokens WHERE token_hash IN (
       SELECT token_hash FROM access_tokens WHERE expires_at < now() - make_interval(days => $1)
        ORDER BY expires_at LIMIT $2)]] },
-  { name = "meta_deliveries", sql = [[DELETE FROM meta_webhook_deliveries WHERE id IN (
+  -- The outer conditions on age repeat the inner ones so that the planner
+  -- reads only the old partitions (the default one, mostly), not every day.
+  { name = "meta_deliveries", partitions = { { table = "meta_webhook_deliveries", keep = "processed_at IS NULL" } },
+    sql = [[DELETE FROM meta_webhook_deliveries WHERE received_at < now() - make_interval(days => $1) AND id IN (
       SELECT id FROM meta_webhook_deliveries
        WHERE processed_at IS NOT NULL AND received_at < now() - make_interval(days => $1)
        ORDER BY received_at LIMIT $2)]] },
-  { name = "events", sql = [[WITH old AS (
+  -- Attempts are written after their event, so a day of attempts is
+  -- dropped no earlier than its events' day (and not counted: the kind
+  -- counts events). Attempts that old without their event (it was in a
+  -- dropped day, they in the default partition) go by their own age.
+  { name = "events", partitions = { { table = "events" }, { table = "webhook_deliveries", uncounted = true } },
+    sql = [[WITH old AS (
         SELECT id FROM events WHERE created_at < now() - make_interval(days => $1)
          ORDER BY created_at LIMIT $2),
-      attempts AS (DELETE FROM webhook_deliveries WHERE event_id IN (SELECT id FROM old))
-      DELETE FROM events WHERE id IN (SELECT id FROM old)]] },
+      attempts AS (DELETE FROM webhook_deliveries WHERE event_id IN (SELECT id FROM old)),
+      strays AS (DELETE FROM webhook_deliveries WHERE created_at < now() - make_interval(days => $1) AND id IN (
+        SELECT id FROM webhook_deliveries WHERE created_at < now() - make_interval(days => $1)
+         ORDER BY created_at LIMIT $2))
+      DELETE FROM events WHERE created_at < now() - make_interval(days => $1) AND id IN (SELECT id FROM old)]] },
   { name = "uploads", sql = [[DELETE FROM uploads WHERE id IN (
       SELECT u.id FROM uploads u
        WHERE u.created_at < now() - make_interval(days => $1)
          AND NOT EXISTS (SELECT 1 FROM posts p
                           WHERE p.image ->> 'source' = 'upload' AND p.image ->> 'upload_id' = u.id)
        ORDER BY u.created_at LIMIT $2)]] },
-  { name = "comment_changes", sql = [[DELETE FROM comment_changes WHERE id IN (
+  { name = "comment_changes", partitions = { { table = "comment_changes", keep = "sequence IS NULL" } },
+    sql = [[DELETE FROM comment_changes WHERE changed_at < now() - make_interval(days => $1) AND id IN (
       SELECT id FROM comment_changes
        WHERE sequence IS NOT NULL AND changed_at < now() - make_interval(days => $1)
        ORDER BY changed_at LIMIT $2)]] },
 }
 
--- Deletes one batch of each kind. Returns {kind = rows deleted} and whether
--- any batch was full (more are waiting).
+-- Creates the partitions ahead, drops the old ones, then deletes one batch
+-- of each kind. Returns {kind = rows deleted} and whether any batch was full
+-- (more are waiting).
 function M.run()
+  partitions.create_ahead()
   local batch = math.floor(config.get("retention.batch_size"))
   local deleted, more = {}, false
   for _, kind in ipairs(KINDS) do
     local days = config.get("retention." .. kind.name .. "_days")
     if days > 0 then
+      local dropped = 0
+      for _, p in ipairs(kind.partitions or {}) do
+        local n = partitions.drop_older(p.table, days, p.keep)
+        if not p.uncounted then dropped = dropped + n end
+      end
       local n = assert(db.exec(kind.sql, days, batch))
-      deleted[kind.name] = n
       if n >= batch then more = true end
+      n = n + dropped
+      deleted[kind.name] = n
       if n > 0 then metrics.inc("sgw_retention_deleted_total", { kind = kind.name }, n) end
     end
   end

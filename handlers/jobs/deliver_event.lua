@@ -3,5 +3,5 @@
 local webhooks = require "webhooks"
 
 return function(payload, job)
-  return webhooks.deliver(payload.eventId, job.attempts)
+  return webhooks.deliver(payload.eventId, job.attempts, payload.createdSecond)
 end

@@ -4,6 +4,7 @@
 local json = require "json"
 local meta_webhooks = require "meta_webhooks"
 local comments = require "comments"
+local partitions = require "partitions"
 
 -- The accounts standing for a Page or Instagram user, asked once per delivery.
 local function account_lookup()
@@ -21,12 +22,22 @@ local function account_lookup()
   end
 end
 
+-- The delivery's row: by id and the second it came in (receivedSecond), so
+-- one or two day partitions are read; a job enqueued before the table was
+-- partitioned has the id alone.
+local function where(second)
+  if second then return "id = $1 AND " .. partitions.near("received_at", 2) end
+  return "id = $1 AND $2::bigint IS NULL"
+end
+
 return function(payload)
   local id = math.tointeger(payload.deliveryId)
   if not id then error("process_meta_delivery: deliveryId must be an integer", 0) end
+  local second = math.tointeger(payload.receivedSecond)
+  local cond = where(second)
   db.transaction(function()
     local rows = assert(db.query([[SELECT body FROM meta_webhook_deliveries
-        WHERE id = $1 AND processed_at IS NULL FOR UPDATE]], id))
+        WHERE ]] .. cond .. [[ AND processed_at IS NULL FOR UPDATE]], id, second))
     if not rows[1] then return end
     local delivery = json.decode(rows[1].body)
     local observations, skipped = meta_webhooks.normalize(delivery, account_lookup())
@@ -37,8 +48,8 @@ return function(payload)
     if #skipped > 0 then
       log.info("meta_delivery_skipped", { deliveryId = id, skipped = #skipped, first = skipped[1].reason })
     end
-    assert(db.exec([[UPDATE meta_webhook_deliveries SET processed_at = now(), error = $2, result = $3::jsonb
-        WHERE id = $1]], id, whole,
+    assert(db.exec([[UPDATE meta_webhook_deliveries SET processed_at = now(), error = $3, result = $4::jsonb
+        WHERE ]] .. cond, id, second, whole,
       json.encode({ observations = #observations, created = #created, skipped = json.array(skipped) })))
   end)
 end

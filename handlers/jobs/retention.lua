@@ -1,4 +1,5 @@
--- Job (timer retention): deletes what is older than its retention
+-- Job (timer retention): creates the day partitions ahead and drops the old
+-- ones (lib/partitions.lua), deletes what is older than its retention
 -- (lib/retention.lua), a batch of each kind per run; while batches come back
 -- full, runs again at once rather than holding one job slice for a backlog.
 local retention = require "retention"

@@ -377,16 +377,7 @@ describe("upload quota, storage and retention", function()
 
   it("moves the bytes of existing uploads out of the uploads table, and still serves them", function()
     -- A database as the previous version left it: migrations up to 0017.
-    local db = stack.fresh_database("uploads_migrate")
-    local old_root = stack.build_dir() .. "/test-roots/" .. stack.unique_name("old-migrations")
-    local repo = stack.repo_root()
-    local code, out = stack.sh("mkdir -p " .. stack.shell_quote(old_root .. "/migrations") .. " && cp -r "
-      .. stack.shell_quote(repo .. "/config") .. " " .. stack.shell_quote(old_root) .. "/ && for f in "
-      .. stack.shell_quote(repo .. "/migrations") .. "/*.sql; do n=$(basename \"$f\"); [ \"$n\" \\< 0018 ] && "
-      .. "cp \"$f\" " .. stack.shell_quote(old_root .. "/migrations") .. "/; done; cd " .. stack.shell_quote(old_root)
-      .. " && SGW_ROOT=" .. stack.shell_quote(old_root) .. " " .. stack.shell_quote(stack.build_dir() .. "/sgw")
-      .. " migrate --set database.url=" .. stack.shell_quote(db))
-    assert.are.equal(0, code, out)
+    local db, out = stack.database_before("uploads_migrate", "0018")
     assert.is_nil(out:find("0020", 1, true), out)
     local bytes = img.jpeg(40, 30, { app = img.jpeg_segment(0xE1, "\0\1\2\r\n\255" .. string.rep("x", 3000)) })
     local hex = bytes:gsub(".", function(c) return ("%02x"):format(c:byte()) end)

@@ -201,6 +201,21 @@ function M.fresh_database(prefix)
   return M.url_with_database(admin, name), name
 end
 
+--- A new database as an earlier version left it: migrated with the
+--- migrations whose names sort before `version` ("0018"). Returns its URL
+--- and the output of `sgw migrate`.
+function M.database_before(prefix, version)
+  local db = M.fresh_database(prefix)
+  local old_root = M.build_dir() .. "/test-roots/" .. M.unique_name("old-migrations")
+  local repo = M.repo_root()
+  local code, out = M.sh("mkdir -p " .. q(old_root .. "/migrations") .. " && cp -r " .. q(repo .. "/config") .. " "
+    .. q(old_root) .. "/ && for f in " .. q(repo .. "/migrations") .. "/*.sql; do n=$(basename \"$f\"); [ \"$n\" \\< "
+    .. version .. " ] && cp \"$f\" " .. q(old_root .. "/migrations") .. "/; done; cd " .. q(old_root)
+    .. " && SGW_ROOT=" .. q(old_root) .. " " .. q(M.build_dir() .. "/sgw") .. " migrate --set database.url=" .. q(db))
+  if code ~= 0 then error("sgw migrate failed: " .. out, 2) end
+  return db, out
+end
+
 --- Runs SQL with psql against url; returns the output (unaligned, tuples
 --- only) or raises.
 function M.psql(url, sql)
