@@ -59,14 +59,11 @@ CREATE TABLE meta_webhook_deliveries_new (
   result        jsonb
 ) PARTITION BY RANGE (received_at);
 
--- Until 0028 (comments partitioned by company) is merged before this file,
--- the key is comments (id) alone; with it: FOREIGN KEY (comment_id,
--- company_id) REFERENCES comments (id, company_id).
 CREATE TABLE comment_changes_new (
   id           bigint GENERATED ALWAYS AS IDENTITY,
   company_id   text NOT NULL CONSTRAINT comment_changes_company_id_fkey REFERENCES companies (id),
   environment  text NOT NULL CONSTRAINT comment_changes_environment_check CHECK (environment IN ('live', 'test')),
-  comment_id   text NOT NULL CONSTRAINT comment_changes_comment_id_fkey REFERENCES comments (id),
+  comment_id   text NOT NULL,
   type         text NOT NULL CONSTRAINT comment_changes_type_check
                  CHECK (type IN ('created', 'edited', 'hidden', 'unhidden', 'deleted', 'replied')),
   actor_type   text NOT NULL CONSTRAINT comment_changes_actor_type_check
@@ -74,7 +71,9 @@ CREATE TABLE comment_changes_new (
   actor_id     text CONSTRAINT comment_changes_actor_id_check CHECK ((actor_type = 'platform') = (actor_id IS NULL)),
   changed_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
   comment      jsonb NOT NULL,
-  sequence     bigint
+  sequence     bigint,
+  -- comments' key names its company (0028).
+  CONSTRAINT comment_changes_comment_id_fkey FOREIGN KEY (comment_id, company_id) REFERENCES comments (id, company_id)
 ) PARTITION BY RANGE (changed_at);
 
 DO $$
