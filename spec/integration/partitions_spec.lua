@@ -168,3 +168,53 @@ describe("partitioning an existing database", function()
     assert(sgw:stop())
   end)
 end)
+
+describe("partitioning the comments of an existing database", function()
+  teardown(function() stack.cleanup() end)
+
+  it("keeps every comment, its audit and its changes, and the comment's identity stays unique", function()
+    -- A database as the previous version left it: migrations before 0028.
+    local db = stack.database_before("comments_migrate", "0028")
+    stack.psql(db, [[INSERT INTO companies (id, name) VALUES ('cmp_old', 'Old');
+      INSERT INTO api_clients (id, company_id, environment, name, scopes, secret_hash)
+        VALUES ('cli_old', 'cmp_old', 'test', 'old', '{}', 'x');
+      INSERT INTO social_accounts (id, company_id, environment, platform, platform_account_id, name)
+        VALUES ('acc_old', 'cmp_old', 'test', 'facebook', 'page_1', 'Old Page');
+      INSERT INTO posts (id, company_id, environment, client_id, status, content, publishing, operation_id)
+        VALUES ('post_old', 'cmp_old', 'test', 'cli_old', 'published', '{}', '{}', 'op_post');
+      INSERT INTO post_targets (id, post_id, company_id, environment, social_account_id, platform, position, status,
+          platform_post_id)
+        VALUES ('tgt_old', 'post_old', 'cmp_old', 'test', 'acc_old', 'facebook', 0, 'published', 'page_1_post');
+      INSERT INTO comments (id, company_id, environment, post_target_id, post_id, social_account_id, platform,
+          platform_comment_id, platform_post_id, text, created_at, created_at_known, version)
+        VALUES ('cmt_old', 'cmp_old', 'test', 'tgt_old', 'post_old', 'acc_old', 'facebook', 'c_1', 'page_1_post',
+          'Still here', '2026-01-02T03:04:05Z', true, 1767323045);
+      INSERT INTO operations (id, company_id, environment, client_id, type, status, resource_type, resource_id)
+        VALUES ('op_hide', 'cmp_old', 'test', 'cli_old', 'comment.hide', 'succeeded', 'comment', 'cmt_old');
+      INSERT INTO comment_audit (comment_id, action, actor_type, actor_id, operation_id)
+        VALUES ('cmt_old', 'comment.hide', 'client', 'cli_old', 'op_hide');
+      INSERT INTO comment_changes (company_id, environment, comment_id, type, actor_type, comment)
+        VALUES ('cmp_old', 'test', 'cmt_old', 'created', 'platform', '{"id": "cmt_old"}');]])
+
+    local sgw = stack.start_sgw { name = "comments-migrate", database_url = db,
+      set = { ["crypto.encryption_key"] = stack.ENCRYPTION_KEY } }
+    assert.are.equal("comments", stack.psql(db,
+      "SELECT inhparent::regclass FROM pg_inherits WHERE inhrelid = (SELECT tableoid FROM comments WHERE id = 'cmt_old')"))
+    assert.are.equal("Still here|2026-01-02 03:04:05+00|cmp_old", stack.psql(db,
+      "SET TIME ZONE 'UTC'; SELECT text, created_at, company_id FROM comments WHERE id = 'cmt_old'"))
+    assert.are.equal("cmp_old", stack.psql(db, "SELECT company_id FROM comment_audit WHERE comment_id = 'cmt_old'"))
+    assert.are.equal("created", stack.psql(db, "SELECT type FROM comment_changes WHERE comment_id = 'cmt_old'"))
+    -- The identity still holds across partitions, and a change must name a comment that exists.
+    local ok, err = pcall(stack.psql, db, [[INSERT INTO comments (id, company_id, environment, post_target_id, post_id,
+        social_account_id, platform, platform_comment_id, platform_post_id, created_at, created_at_known, version)
+      VALUES ('cmt_twin', 'cmp_old', 'test', 'tgt_old', 'post_old', 'acc_old', 'facebook', 'c_1', 'page_1_post',
+        now(), true, 1)]])
+    assert.is_false(ok)
+    assert.matches("duplicate key value.*%(social_account_id, platform_comment_id, company_id%)=%(acc_old, c_1, cmp_old%)", err)
+    ok, err = pcall(stack.psql, db, [[INSERT INTO comment_changes (company_id, environment, comment_id, type, actor_type, comment)
+      VALUES ('cmp_old', 'test', 'cmt_nowhere', 'created', 'platform', '{}')]])
+    assert.is_false(ok)
+    assert.matches("comment_changes_comment_id_fkey", err)
+    assert(sgw:stop())
+  end)
+end)
