@@ -1,4 +1,4 @@
--- Comments at scale (docs/scaling.md, "Comments"): the comments table is
+-- Comments at scale (README, "Comments at scale: partitions"): the comments table is
 -- split into 16 hash partitions by company_id.
 --
 -- Why by company and not by time: every read of comments names its company
