@@ -266,16 +266,25 @@ function M.read(client, id)
 end
 
 -- One page of a post's comments, oldest first (created_at, id), after the
--- position `after` ({t, id} from a cursor, or nil). Returns rows and the
--- position after the last one when more follow, else nil.
+-- position `after` ({t, id} from a cursor, or nil), or nil when the caller's
+-- company and environment have no such post. Returns rows and the position
+-- after the last one when more follow, else nil. One statement finds the
+-- post and its page: a post without comments (or past its last page) gives
+-- one row without a comment.
 function M.list(client, post_id, after, limit)
   -- Qualified names: the output column created_at is the formatted text.
-  local rows = assert(db.read_query("SELECT " .. M.select_list("c.") .. ", " .. sqltime.exact("c.created_at", "position_t") .. [[
-      FROM comments c
-      WHERE c.post_id = $1 AND c.company_id = $2 AND c.environment = $3
-        AND ($4::timestamptz IS NULL OR (c.created_at, c.id) > ($4::timestamptz, $5))
-      ORDER BY c.created_at, c.id LIMIT $6]],
-    post_id, client.company_id, client.environment, after and after.t, after and after.id, limit + 1))
+  local rows = reads.rows("SELECT " .. M.select_list("c.") .. ", " .. sqltime.exact("c.created_at", "position_t") .. [[
+      FROM posts p
+      LEFT JOIN LATERAL (
+        SELECT * FROM comments c
+         WHERE c.post_id = p.id AND c.company_id = $2 AND c.environment = $3
+           AND ($4::timestamptz IS NULL OR (c.created_at, c.id) > ($4::timestamptz, $5))
+         ORDER BY c.created_at, c.id LIMIT $6) c ON true
+      WHERE p.id = $1 AND p.company_id = $2 AND p.environment = $3
+      ORDER BY c.created_at, c.id]],
+    post_id, client.company_id, client.environment, after and after.t, after and after.id, limit + 1)
+  if not rows[1] then return nil end
+  if rows[1].id == nil then return {}, nil end
   local next_position
   if #rows > limit then
     rows[#rows] = nil

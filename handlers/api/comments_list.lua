@@ -1,7 +1,6 @@
 -- GET /api/v1/posts/{postId}/comments?cursor=&limit= : every comment of every
 -- target of the post, oldest first, keyset-paged.
 local problem = require "problem"
-local posts = require "posts"
 local comments = require "comments"
 local cursor = require "cursor"
 local json = require "json"
@@ -15,8 +14,8 @@ return function(req, ctx)
     after = cursor.decode(q.cursor, { t = "time", id = "id" })
     if not after then problem.raise(400, "invalid_cursor", "The cursor is not one this API gave out.") end
   end
-  if not posts.read(ctx.client, req.params.postId) then problem.raise(404, "not_found", "No post with this id.") end
   local rows, next_position = comments.list(ctx.client, req.params.postId, after, limit)
+  if not rows then problem.raise(404, "not_found", "No post with this id.") end
   local data = {}
   for i, r in ipairs(rows) do data[i] = comments.present(r) end
   return 200, { data = json.array(data), nextCursor = next_position and cursor.encode(next_position) or json.null }
