@@ -1228,6 +1228,23 @@ static int db_transaction_async(lua_State *L, sgw_pgpool *p) {
     return tx_async_begin(L, 0, 0);
 }
 
+/* Rolls back the transaction or savepoint db.transaction opened (nothing to
+ * do when the server already ended it with the connection). */
+static void tx_finish_error(sgw_pg *pg, int nested, const char *savepoint) {
+    pg_failure ignored;
+    if (!pg->conn || PQstatus(pg->conn) != CONNECTION_OK) return;   /* server rolled back */
+    if (nested) {
+        char sql[96];
+        snprintf(sql, sizeof sql, "ROLLBACK TO SAVEPOINT %s", savepoint);
+        if (run_cmd(pg, sql, &ignored) == 0) {
+            snprintf(sql, sizeof sql, "RELEASE SAVEPOINT %s", savepoint);
+            run_cmd(pg, sql, &ignored);
+        }
+    } else {
+        run_cmd(pg, "ROLLBACK", &ignored);
+    }
+}
+
 /* Ends the transaction or savepoint db.transaction opened after fn returned
  * normally. 0 ok; -1 with f filled in, and then nothing of fn was kept. */
 static int tx_finish_ok(sgw_pg *pg, int nested, const char *savepoint, pg_failure *f) {
@@ -1237,16 +1254,7 @@ static int tx_finish_ok(sgw_pg *pg, int nested, const char *savepoint, pg_failur
     if (aborted) {
         /* A statement failed and fn went on: COMMIT would quietly roll back,
          * so say so instead of answering like a success. */
-        pg_failure ignored;
-        if (nested) {
-            snprintf(sql, sizeof sql, "ROLLBACK TO SAVEPOINT %s", savepoint);
-            if (run_cmd(pg, sql, &ignored) == 0) {
-                snprintf(sql, sizeof sql, "RELEASE SAVEPOINT %s", savepoint);
-                run_cmd(pg, sql, &ignored);
-            }
-        } else {
-            run_cmd(pg, "ROLLBACK", &ignored);
-        }
+        tx_finish_error(pg, nested, savepoint);
         set_failure(f, "25P02", "%s", "transaction rolled back: a statement in it failed");
         return -1;
     }
@@ -1271,20 +1279,6 @@ static int tx_finish_ok(sgw_pg *pg, int nested, const char *savepoint, pg_failur
     return 0;
 }
 
-static void tx_finish_error(sgw_pg *pg, int nested, const char *savepoint) {
-    pg_failure ignored;
-    if (!pg->conn || PQstatus(pg->conn) != CONNECTION_OK) return;   /* server rolled back */
-    if (nested) {
-        char sql[96];
-        snprintf(sql, sizeof sql, "ROLLBACK TO SAVEPOINT %s", savepoint);
-        if (run_cmd(pg, sql, &ignored) == 0) {
-            snprintf(sql, sizeof sql, "RELEASE SAVEPOINT %s", savepoint);
-            run_cmd(pg, sql, &ignored);
-        }
-    } else {
-        run_cmd(pg, "ROLLBACK", &ignored);
-    }
-}
 
 /* A transaction that could not begin or end raises instead of returning
  * nil, err: a caller that forgot to check would take it for success. */
