@@ -490,16 +490,13 @@ static void build_sandbox(lua_State *L) {
     }
     lua_pop(L, 1);
     lua_setfield(L, sb, "os");
-    lua_pushcfunction(L, l_require);
-    lua_setfield(L, sb, "require");
-    lua_pushcfunction(L, l_load_text);
-    lua_setfield(L, sb, "load");
-    lua_pushcfunction(L, l_asset);
-    lua_setfield(L, sb, "asset");
-    lua_pushcfunction(L, l_traceback);
-    lua_setfield(L, sb, "traceback");
-    lua_pushcfunction(L, l_collectgarbage);
-    lua_setfield(L, sb, "collectgarbage");
+    static const luaL_Reg own[] = {
+        { "require", l_require }, { "load", l_load_text }, { "asset", l_asset },
+        { "traceback", l_traceback }, { "collectgarbage", l_collectgarbage }, { NULL, NULL }
+    };
+    lua_pushvalue(L, sb);
+    luaL_setfuncs(L, own, 0);
+    lua_pop(L, 1);
 
     lua_pushvalue(L, sb);
     lua_rawseti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
