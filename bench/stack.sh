@@ -1,6 +1,8 @@
-# bench/stack.sh — sourced by bench/run-inbox and bench/run-feed: one sgw on
-# private throw-away PostgreSQL and Redis, companies with sandbox accounts,
-# posts written straight in SQL. The caller sets BENCH_NAME and cds to the
+# bench/stack.sh — sourced by bench/run-inbox, bench/run-feed and
+# bench/run-comments-scale: one sgw on private throw-away PostgreSQL and
+# Redis, companies with sandbox accounts, posts and comments written straight
+# in SQL (bench/generate.sql), GET queries measured with wrk and their plans
+# logged with auto_explain. The caller sets BENCH_NAME and cds to the
 # repository root; everything started here is stopped on exit.
 KEY="MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
 
@@ -44,6 +46,7 @@ start_stack() {
         --set "admin.listen=127.0.0.1:$aport" --set "crypto.encryption_key=$KEY"
         --set "api.rate_limit.per_minute=100000000" --set "log.requests=false" --set "log.level=warn" "$@")
   build/sgw migrate "${args[@]}" >/dev/null
+  psql "$db" -XAtq -v ON_ERROR_STOP=1 -f bench/generate.sql >/dev/null
   build/sgw serve "${args[@]}" > "$tmp/sgw.log" 2>&1 &
   sgw_pid=$!
   pids+=("$sgw_pid")
@@ -69,20 +72,27 @@ company() {
   done
 }
 
-# posts COMPANY CLIENT N: N published posts on each of the company's
-# accounts, with their targets (ids pt_bench_<account>_<n>), in SQL.
+# posts COMPANY N: N published posts on each of the company's accounts, with
+# their targets (ids pt_bench_<account>_<n>), in SQL.
 posts() {
-psql "$db" -XAtq -v ON_ERROR_STOP=1 -v company="$1" -v client="$2" -v posts="$3" >/dev/null <<'SQL'
-INSERT INTO posts (id, company_id, environment, client_id, status, content, publishing, operation_id, created_at)
-  SELECT 'post_bench_' || a.id || '_' || p, :'company', 'test', :'client', 'published',
-         '{"type":"text","message":"Bench post"}', '{"mode":"immediate"}', 'op_bench', now() - interval '400 days'
-    FROM social_accounts a, generate_series(1, :posts) p WHERE a.company_id = :'company';
-INSERT INTO post_targets (id, post_id, company_id, environment, social_account_id, platform, position, status,
-                          platform_post_id, published_at)
-  SELECT 'pt_bench_' || a.id || '_' || p, 'post_bench_' || a.id || '_' || p, :'company', 'test', a.id,
-         a.platform, 0, 'published', a.platform_account_id || '_' || (900000 + p), now() - interval '400 days'
-    FROM social_accounts a, generate_series(1, :posts) p WHERE a.company_id = :'company';
-SQL
+  psql "$db" -XAtq -v ON_ERROR_STOP=1 -v company="$1" -v posts="$2" \
+    -c "SELECT bench_posts(ARRAY[:'company'], :posts)" >/dev/null
+}
+
+# position_cursor OFFSET ORDER WHERE [O]: the cursor of the comment at OFFSET
+# in ORDER (SQL, e.g. "created_at DESC, id DESC") among the comments of WHERE,
+# as the API gives it out (cursor.encode of sqltime.exact's time and the id;
+# with "o": O when given, as the inbox's cursors hold their order).
+position_cursor() {
+  local at
+  at=$(psql "$db" -XAtq -F ' ' -c "SELECT to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'), id
+    FROM comments WHERE $3 ORDER BY $2 OFFSET $1 LIMIT 1")
+  [[ -n $at ]] || die "no comment at offset $1 of $3"
+  python3 -c 'import base64,json,sys
+t, i, o = sys.argv[1:4]
+p = {"t": t, "id": i}
+if o: p["o"] = o
+print(base64.urlsafe_b64encode(json.dumps(p, separators=(",", ":")).encode()).decode().rstrip("="))' $at "${4:-}"
 }
 
 # cpu_of: CPU seconds used so far by sgw and by PostgreSQL's backends.
@@ -103,4 +113,134 @@ PY
 # system of it and its children), so a load generator's own cost shows.
 with_cpu() {
   python3 -c 'import resource,subprocess,sys; subprocess.run(sys.argv[1:]); u=resource.getrusage(resource.RUSAGE_CHILDREN); print("CHILD_CPU %.2f" % (u.ru_utime+u.ru_stime))' "$@"
+}
+
+# The queries of a GET bench: names[i] is measured as GET paths[i] with the
+# API key keys[i] (unset: $apikey). Each must answer 200 with comments.
+check_answers() {
+  local i
+  for i in "${!names[@]}"; do
+    curl -s -H "X-Api-Key: ${keys[$i]:-$apikey}" "$base${paths[$i]}" > "$tmp/answer.json" || die "${names[$i]}: no answer"
+    python3 - "${names[$i]}" "$tmp/answer.json" <<'PY' || die "${names[$i]} answered no comments (above)"
+import json, sys
+a = json.load(open(sys.argv[2]))
+if not isinstance(a.get("data"), list) or not a["data"]:
+    print(sys.argv[1], json.dumps(a)[:500], file=sys.stderr); sys.exit(1)
+PY
+  done
+}
+
+# measure I SECONDS: one wrk run of query I; appends a JSON line to $tmp/runs
+# with wrk's summary and the share of the machine's CPU that wrk, sgw and
+# PostgreSQL's backends used meanwhile.
+measure() {
+  local before after
+  before=$(cpu_of)
+  with_cpu wrk -t"$BENCH_THREADS" -c"$BENCH_CONNECTIONS" -d"${2}s" -s bench/wrk-get.lua \
+    -H "X-Api-Key: ${keys[$1]:-$apikey}" "$base${paths[$1]}" > "$tmp/wrk.out" 2>&1
+  after=$(cpu_of)
+  python3 - "${names[$1]}" "$2" "$(nproc)" "$before" "$after" "$tmp/wrk.out" >> "$tmp/runs" <<'PY' || { cat "$tmp/wrk.out" >&2; die "wrk gave no summary for ${names[$1]}"; }
+import json, sys
+name, secs, cores = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+b, a = [list(map(float, s.split())) for s in sys.argv[4:6]]
+out = open(sys.argv[6]).read().splitlines()
+w = json.loads([l for l in out if l.startswith("WRK_JSON ")][-1][9:])
+wcpu = float([l for l in out if l.startswith("CHILD_CPU ")][-1].split()[1])
+machine = secs * cores
+print(json.dumps({"query": name, "wrk": w, "cpu_share": {"wrk": round(wcpu / machine, 3),
+    "sgw": round((a[0] - b[0]) / machine, 3), "postgres": round((a[1] - b[1]) / machine, 3)}}))
+PY
+}
+
+# measure_rounds: a 1 s warm-up of each query, then ROUNDS rounds of
+# BENCH_DURATION s per query, taking turns, so that every query sees the
+# machine's changing load alike.
+measure_rounds() {
+  local i round
+  say "warm-up: 1 s per query"
+  for i in "${!names[@]}"; do measure "$i" 1; done
+  : > "$tmp/runs"
+  for round in $(seq "$ROUNDS"); do
+    say "round $round of $ROUNDS: ${BENCH_DURATION} s per query, $BENCH_CONNECTIONS connections"
+    for i in "${!names[@]}"; do measure "$i" "$BENCH_DURATION"; done
+  done
+}
+
+# capture_plans: the plan PostgreSQL ran for one request of each query
+# (auto_explain with ANALYZE and BUFFERS), into $tmp/plans: the statement
+# that reads "FROM comments c" and holds marks[i] (a piece of its SQL that
+# tells it from the handler's other statements).
+capture_plans() {
+  local i found offset
+  say "plans: auto_explain (ANALYZE, BUFFERS) of one request per query"
+  psql "$db" -XAtq -c "LOAD 'auto_explain'" -c "ALTER SYSTEM SET auto_explain.log_analyze = on" \
+    -c "ALTER SYSTEM SET auto_explain.log_buffers = on" -c "ALTER SYSTEM SET auto_explain.log_min_duration = 0" \
+    -c "SELECT pg_reload_conf()" >/dev/null
+  : > "$tmp/plans"
+  for i in "${!names[@]}"; do
+    # A backend rereads its configuration between statements: ask until the
+    # plan of the statement shows up in the log.
+    found=""
+    for _ in $(seq 50); do
+      offset=$(stat -c %s "$pg_log")
+      curl -sf -o /dev/null -H "X-Api-Key: ${keys[$i]:-$apikey}" "$base${paths[$i]}"
+      if python3 - "$pg_log" "$offset" "${names[$i]}" "${paths[$i]}" "${marks[$i]}" >> "$tmp/plans" <<'PY'
+import re, sys
+log = open(sys.argv[1], errors="replace"); log.seek(int(sys.argv[2])); text = log.read()
+entries = re.split(r"\n(?=\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)", text)
+plans = [e for e in entries if "plan:" in e and "FROM comments c" in e and sys.argv[5] in e]
+if not plans: sys.exit(1)
+print("== %s: GET %s\n%s\n" % (sys.argv[3], sys.argv[4], plans[-1].split("plan:", 1)[1].rstrip()))
+PY
+      then found=1; break; fi
+    done
+    [[ -n $found ]] || say "warning: no plan logged for ${names[$i]}"
+  done
+  psql "$db" -XAtq -c "ALTER SYSTEM RESET auto_explain.log_min_duration" -c "SELECT pg_reload_conf()" >/dev/null
+}
+
+# summarize NAME GOAL_MS EXTRA_JSON: prints per query the median of the
+# rounds of p50, p99 and requests/s, the CPU shares, and how many of the
+# comments table's partitions its plan read; writes bench/out/NAME.json
+# (EXTRA_JSON's fields added) and bench/out/NAME-plans.txt.
+summarize() {
+  mkdir -p bench/out
+  cp "$tmp/plans" "bench/out/$1-plans.txt"
+  python3 - "$tmp/runs" "$tmp/plans" "$1" "$2" "$3" "$ROUNDS" "$BENCH_DURATION" "$BENCH_CONNECTIONS" "$BENCH_THREADS" \
+    "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" "$(nproc)" "${names[@]}" <<'PY'
+import json, re, statistics, sys, time
+runs_file, plans_file, bench, goal, extra, rounds, secs, conns, threads, commit, cores = sys.argv[1:12]
+names = sys.argv[12:]
+runs = [json.loads(l) for l in open(runs_file)]
+# Partitions a plan read: the comments_pNN it names (a pruned one is not named).
+plans = {}
+for block in open(plans_file).read().split("\n== "):
+    head = block.lstrip("= ").split(":", 1)[0]
+    plans[head] = sorted(set(re.findall(r"\bcomments_p\d\d\b", block)))
+med = statistics.median
+summary, misses = [], []
+print("\n%-20s %9s %9s %11s %6s %6s %9s %7s %11s" % ("query", "p50 ms", "p99 ms", "requests/s", "wrk", "sgw",
+      "postgres", "errors", "partitions"))
+for n in names:
+    rs = [r for r in runs if r["query"] == n]
+    p50 = med(r["wrk"]["latency_us"]["p50"] for r in rs) / 1000
+    p99 = med(r["wrk"]["latency_us"]["p99"] for r in rs) / 1000
+    rps = med(r["wrk"]["requests_per_s"] for r in rs)
+    share = {k: med(r["cpu_share"][k] for r in rs) for k in ("wrk", "sgw", "postgres")}
+    errors = sum(sum(r["wrk"]["errors"].values()) for r in rs)
+    parts = plans.get(n)
+    print("%-20s %9.2f %9.2f %11.0f %5.0f%% %5.0f%% %8.0f%% %7d %11s" % (n, p50, p99, rps, share["wrk"] * 100,
+          share["sgw"] * 100, share["postgres"] * 100, errors, "?" if parts is None else len(parts)))
+    if p99 > float(goal): misses.append(n)
+    summary.append({"query": n, "p50_ms": round(p50, 2), "p99_ms": round(p99, 2), "requests_per_s": round(rps),
+                    "cpu_share_median": share, "errors": errors, "partitions_read": parts, "rounds": rs})
+print("(median of %s rounds of %s s, %s connections; CPU share of the machine's %s cores; goal p99 <= %s ms%s)"
+      % (rounds, secs, conns, cores, goal, "; missed by: " + ", ".join(misses) if misses else ": met by every query"))
+print("plans: bench/out/%s-plans.txt" % bench)
+out = {"benchmark": bench, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": commit,
+       "machine": {"cores": int(cores)}, "rounds": int(rounds), "duration_s": float(secs), "connections": int(conns),
+       "threads": int(threads), "goal_p99_ms": float(goal), "queries": summary}
+out.update(json.loads(extra))
+json.dump(out, open("bench/out/%s.json" % bench, "w"), indent=1)
+PY
 }
