@@ -14,6 +14,12 @@
  * often than every REFRESH_MIN_MS), so a promoted replica is found once the
  * cluster has failed over; until then calls for that node's slots fail fast
  * like calls to a dead single Redis.
+ *
+ * Two paths share the map and the reading of redirections: here, the
+ * blocking one (calls that cannot yield, the subscriber, the admin
+ * listener, the CLI), which waits out each hop on its thread; and a worker
+ * loop's (redis_loop.c), which sends each hop without waiting. A map is one
+ * worker's (or one thread's), never shared between threads.
  */
 #include "sgw.h"
 
