@@ -1,7 +1,7 @@
 /*
  * loop.c — what a loop thread (a request worker's or a job worker's) waits
  * on: its outbound transfers (httpc.c), its PostgreSQL connections
- * (pgpool.c: the primary's, and the read replica's when there is one), its Redis connection (redis_loop.c) and the jobs it handed
+ * (pgpool.c: the primary's, and the read replica's when there is one), its Redis connections (redis_loop.c) and the jobs it handed
  * to the thread pool (offload.c).
  *
  * A binding of the coroutine being resumed sends its work, yields a
@@ -35,10 +35,11 @@ int loop_open(sgw_worker *w, int max_coroutines) {
             if (!w->replica_pool) return -1;
         }
     }
-    /* On a cluster, redis.* calls block (redis_cluster.c routes them). */
+    /* On a cluster, the loop routes over the worker's own slot map. */
     const char *url = config_str("redis.url");
-    if (*url && !*config_str("redis.cluster_urls")) {
-        w->redis_loop = redis_loop_new(url, max_coroutines);
+    sgw_cluster *cluster = redis_cluster_of(w->redis);
+    if (cluster || *url) {
+        w->redis_loop = cluster ? redis_loop_new_cluster(cluster, max_coroutines) : redis_loop_new(url, max_coroutines);
         if (!w->redis_loop) return -1;
     }
     w->inbox = offload_inbox_new();
@@ -67,9 +68,13 @@ void loop_forget(sgw_worker *w, lua_State *co) {
 }
 
 int loop_pollfds(sgw_worker *w, struct pollfd *fds, int cap) {
-    int n = pgpool_pollfds(w->pgpool, fds, (cap - 2) / 2);
-    n += pgpool_pollfds(w->replica_pool, fds + n, (cap - 2) / 2);
-    n += redis_loop_pollfd(w->redis_loop, fds + n);
+    /* Each pool gets half of what Redis and the inbox leave (of a caller's
+     * array smaller than LOOP_FDS_MAX, half of it). */
+    int rest = cap - 1 - REDIS_LOOP_NODES_MAX;
+    int pools = (rest > 0 ? rest : cap - 1) / 2;
+    int n = pgpool_pollfds(w->pgpool, fds, pools);
+    n += pgpool_pollfds(w->replica_pool, fds + n, pools);
+    n += redis_loop_pollfds(w->redis_loop, fds + n, cap - 1 - n);
     return n + offload_pollfd(w->inbox, fds + n);
 }
 
@@ -80,6 +85,7 @@ int loop_ready(sgw_worker *w) {
 void loop_wait(sgw_worker *w, struct pollfd *fds, int n, int timeout_ms, uint64_t *transfers_at,
                void (*on_ready)(lua_State *co, int nres, void *ud), void *ud) {
     uint64_t now = clock_mono_ms();
+    timeout_ms = redis_loop_timeout(w->redis_loop, timeout_ms);
     int others = pgpool_in_flight(w->pgpool) || pgpool_in_flight(w->replica_pool) || redis_loop_in_flight(w->redis_loop);
     if (!others || httpc_active(w->httpc) == 0 || now - *transfers_at >= TRANSFERS_EVERY_MS) {
         *transfers_at = now;

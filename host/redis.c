@@ -279,6 +279,11 @@ void redis_close(sgw_redis *r)
     free(r);
 }
 
+sgw_cluster *redis_cluster_of(sgw_redis *r)
+{
+    return r ? r->cluster : NULL;
+}
+
 int redis_healthy(sgw_redis *r)
 {
     if (r != NULL && r->cluster)

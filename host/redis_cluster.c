@@ -14,6 +14,12 @@
  * often than every REFRESH_MIN_MS), so a promoted replica is found once the
  * cluster has failed over; until then calls for that node's slots fail fast
  * like calls to a dead single Redis.
+ *
+ * Two paths share the map and the reading of redirections: here, the
+ * blocking one (calls that cannot yield, the subscriber, the admin
+ * listener, the CLI), which waits out each hop on its thread; and a worker
+ * loop's (redis_loop.c), which sends each hop without waiting. A map is one
+ * worker's (or one thread's), never shared between threads.
  */
 #include "sgw.h"
 
@@ -275,6 +281,11 @@ static sgw_redis *node_for(sgw_cluster *c, int slot)
     return c->nodes[c->next_any];
 }
 
+sgw_redis *redis_cluster_node_for(sgw_cluster *c, int slot)
+{
+    return node_for(c, slot);
+}
+
 /* "MOVED 3999 127.0.0.1:6381" / "ASK ...": the node named, or NULL. */
 static sgw_redis *redirect_target(sgw_cluster *c, const char *msg, int *slot)
 {
@@ -305,10 +316,49 @@ static int error_is(const redisReply *rep, const char *word)
            (rep->len == n || rep->str[n] == ' ');
 }
 
-static int is_redirect(const redisReply *rep)
+int redis_cluster_redirect(sgw_cluster *c, const redisReply *rep, sgw_redis **to)
 {
-    return rep && (error_is(rep, "MOVED") || error_is(rep, "ASK") || error_is(rep, "TRYAGAIN") ||
-                   error_is(rep, "CLUSTERDOWN"));
+    if (error_is(rep, "TRYAGAIN") || error_is(rep, "CLUSTERDOWN")) {
+        /* TRYAGAIN (keys of a migrating slot apart), CLUSTERDOWN (a
+         * failover in progress): the map is read again before the retry. */
+        c->stale = 1;
+        return CLUSTER_RETRY;
+    }
+    int moved = error_is(rep, "MOVED");
+    if (!moved && !error_is(rep, "ASK"))
+        return CLUSTER_FINAL;
+    int slot;
+    *to = redirect_target(c, rep->str, &slot);
+    if (*to == NULL)
+        return CLUSTER_FINAL;        /* unreadable: the caller sees the error */
+    if (!moved)
+        return CLUSTER_ASK;
+    for (int i = 0; i < c->nnodes; i++)
+        if (c->nodes[i] == *to)
+            c->slot_node[slot] = (short)i;
+    c->stale = 1;                    /* other slots probably moved too */
+    return CLUSTER_MOVED;
+}
+
+int redis_cluster_may_hop(int hop)
+{
+    return hop + 1 < MAX_HOPS;
+}
+
+int redis_cluster_retry_ms(int hop)
+{
+    return 10 << hop;
+}
+
+void redis_cluster_lost(sgw_cluster *c)
+{
+    c->stale = 1;
+    atomic_store(&c->healthy, 0);
+}
+
+void redis_cluster_answered(sgw_cluster *c)
+{
+    atomic_store(&c->healthy, 1);
 }
 
 static void pause_ms(int ms)
@@ -335,63 +385,44 @@ static redisReply *send_to(sgw_redis *n, int asking, int argc, const char **argv
     return replies[1];
 }
 
+/* The blocking path: waits out each redirection and retry on the thread. */
 redisReply *redis_cluster_command(sgw_cluster *c, int slot, int argc, const char **argv,
                                   const size_t *lens, const char **err)
 {
     sgw_redis *n = node_for(c, slot);
     int asking = 0;
-    redisReply *rep = NULL;
-    for (int hop = 0; hop < MAX_HOPS; hop++) {
+    for (int hop = 0;; hop++) {
         if (n == NULL) {
             *err = "redis cluster: no node known";
-            break;
+            return NULL;
         }
-        rep = send_to(n, asking, argc, argv, lens, err);
-        asking = 0;
+        redisReply *rep = send_to(n, asking, argc, argv, lens, err);
         if (rep == NULL) {
             /* The node may have failed over: read the map again, and try
              * the slot's new node at once (keyless commands: the next
              * node). Unchanged, the slot is down. */
-            c->stale = 1;
-            atomic_store(&c->healthy, 0);
+            redis_cluster_lost(c);
             sgw_redis *next = node_for(c, slot);
-            if (slot >= 0 && next == n)
+            if ((slot >= 0 && next == n) || !redis_cluster_may_hop(hop))
                 return NULL;
             n = next;
+            asking = 0;
             continue;
         }
-        if (!is_redirect(rep)) {
-            atomic_store(&c->healthy, 1);
-            return rep;
-        }
-        if (hop + 1 == MAX_HOPS)
-            break;                   /* still redirected: the caller sees the error */
-        int moved_slot = slot;
-        if (error_is(rep, "MOVED") || error_is(rep, "ASK")) {
-            asking = error_is(rep, "ASK");
-            sgw_redis *to = redirect_target(c, rep->str, &moved_slot);
-            if (to == NULL)
-                return rep;          /* unreadable: the caller sees the error */
-            if (!asking) {
-                for (int i = 0; i < c->nnodes; i++)
-                    if (c->nodes[i] == to)
-                        c->slot_node[moved_slot] = (short)i;
-                c->stale = 1;        /* other slots probably moved too */
-            }
-            n = to;
-        } else {
-            /* TRYAGAIN (keys of a migrating slot apart), CLUSTERDOWN (a
-             * failover in progress): wait a little, ask the map again. */
-            c->stale = 1;
-            pause_ms(10 << hop);
-            n = node_for(c, slot);
-        }
+        redis_cluster_answered(c);
+        sgw_redis *to = NULL;
+        int kind = redis_cluster_redirect(c, rep, &to);
+        if (kind == CLUSTER_FINAL || !redis_cluster_may_hop(hop))
+            return rep;              /* still redirected: the caller sees the error */
         freeReplyObject(rep);
-        rep = NULL;
+        asking = kind == CLUSTER_ASK;
+        if (kind == CLUSTER_RETRY) {
+            pause_ms(redis_cluster_retry_ms(hop));
+            n = node_for(c, slot);
+        } else {
+            n = to;
+        }
     }
-    if (rep)
-        atomic_store(&c->healthy, 1);
-    return rep;
 }
 
 redisContext *redis_cluster_take_context(sgw_cluster *c, const char **err)

@@ -1,22 +1,38 @@
 /*
- * redis_loop.c — a worker loop's own Redis connection, on which the
+ * redis_loop.c — a worker loop's own Redis connections, on which the
  * coroutines it runs wait for their replies without holding the thread.
  *
  * A redis.* call of the coroutine being resumed (redis_loop_set_current)
- * appends its command to the connection's output and yields; the loop
- * writes whatever its coroutines appended in one go the next time it polls
- * (so calls made in one turn of the loop travel as one pipelined batch),
- * reads the replies as they come and resumes their coroutines in order:
- * Redis answers in the order it was asked, so the waiting line is a FIFO.
+ * appends its command to a connection's output and yields; the loop writes
+ * whatever its coroutines appended in one go the next time it polls (so
+ * calls made in one turn of the loop travel as one pipelined batch), reads
+ * the replies as they come and resumes their coroutines in order: Redis
+ * answers in the order it was asked, so each connection's waiting line is a
+ * FIFO.
  *
- * Nothing here blocks, the connection included (a non-blocking connect
+ * Nothing here blocks, the connections included (a non-blocking connect
  * whose AUTH and SELECT are queued ahead of the first command). A reply that
  * does not come within redis.timeout_ms, or a lost connection, fails every
  * call on the connection ("timeout", "unavailable"), and redis.c's back-off
  * then fails calls at once until redis.retry_interval_ms has passed.
  *
- * Single servers only: on a Redis Cluster the bindings block on redis.c's
- * connections (slot routing and redirections are there).
+ * On a Redis Cluster (redis.cluster_urls) the loop keeps one such
+ * connection per node it talks to, made when first needed and keyed by the
+ * node of the worker's slot map (redis_cluster.c). A command goes to the node
+ * of its slot (keyless ones to any node) and is kept, formatted, until its
+ * answer, because the answer may send it elsewhere while its coroutine goes
+ * on waiting: MOVED updates the map and sends it to the node named, ASK
+ * sends ASKING and the command once to the node named, TRYAGAIN and
+ * CLUSTERDOWN send it again after a short pause (a due time the loop's poll
+ * honours, not a sleep). A node lost fails the calls waiting on it as a
+ * single server's loss does, and marks the map for reading again.
+ *
+ * The map is the worker's own (each worker opens its own sgw_redis, hence
+ * its own sgw_cluster), read and changed only on the worker's thread, by the
+ * loop and by the blocking path of calls that cannot yield: no lock. Reading
+ * it (CLUSTER SLOTS) is the one thing that still blocks: it happens after a
+ * MOVED or a lost node, at most every REFRESH_MIN_MS, and each node asked is
+ * bounded by redis.timeout_ms (nodes in their back-off are skipped at once).
  */
 #include "sgw.h"
 
@@ -29,17 +45,32 @@
 #include <hiredis/hiredis.h>
 
 typedef struct waiter {
-    lua_State *co;                  /* NULL: a set-up command, or one whose coroutine went */
-    uint64_t   deadline;            /* monotonic ms */
+    lua_State *co;                  /* NULL: set-up, ASKING, or a call whose coroutine went */
+    uint64_t   deadline;            /* monotonic ms; in the retry list: when to send again */
     int        setup;               /* AUTH or SELECT */
+    char      *cmd;                 /* cluster: the command, formatted (owned), for redirections */
+    size_t     cmdlen;
+    int        slot;                /* cluster: the command's slot, -1 keyless */
+    int        hops;                /* redirections and retries so far */
 } waiter;
 
-struct sgw_redis_loop {
-    sgw_redis   *node;              /* the server's settings and back-off (redis.c) */
+/* One server's connection and the calls waiting on it. */
+typedef struct conn {
+    sgw_redis   *node;              /* its settings and back-off (redis.c) */
+    int          own_node;          /* one server: ours; a cluster's node: the map's */
     redisContext *ctx;              /* NULL: not connected */
     int          unwritten;         /* commands appended since the last complete write */
     waiter      *line, *spare;      /* ring of cap; spare: failing detaches the line into it */
     int          cap, head, len;
+} conn;
+
+struct sgw_redis_loop {
+    sgw_cluster *cluster;           /* NULL: one server, conns[0] */
+    conn       **conns;             /* of max_conns; made on first use */
+    int          nconns, max_conns;
+    int          line_cap;
+    waiter      *later;             /* cluster: TRYAGAIN, CLUSTERDOWN; of max_waiters */
+    int          nlater, max_waiters;
     lua_State   *current;           /* the coroutine being resumed */
     /* What the coroutine being resumed by deliver() gets. */
     lua_State   *given_co;
@@ -47,14 +78,68 @@ struct sgw_redis_loop {
     char         given_err[256];
 };
 
-sgw_redis_loop *redis_loop_new(const char *url, int max_waiters) {
+static conn *conn_new(sgw_redis *node, int own_node, int cap) {
+    conn *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->node = node;
+    c->own_node = own_node;
+    c->cap = cap;
+    c->line = calloc((size_t)cap, sizeof *c->line);
+    c->spare = calloc((size_t)cap, sizeof *c->spare);
+    if (!c->line || !c->spare) {
+        free(c->line);
+        free(c->spare);
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+static void conn_free(conn *c) {
+    if (!c) return;
+    if (c->ctx) redisFree(c->ctx);
+    for (int i = 0; i < c->len; i++) redisFreeCommand(c->line[(c->head + i) % c->cap].cmd);
+    if (c->own_node) redis_close(c->node);
+    free(c->line);
+    free(c->spare);
+    free(c);
+}
+
+static sgw_redis_loop *loop_new(sgw_cluster *cluster, int max_conns, int line_cap, int max_waiters) {
     sgw_redis_loop *rl = calloc(1, sizeof *rl);
     if (!rl) return NULL;
-    rl->cap = max_waiters + 4;      /* each coroutine waits on one call, plus AUTH and SELECT */
-    rl->line = calloc((size_t)rl->cap, sizeof *rl->line);
-    rl->spare = calloc((size_t)rl->cap, sizeof *rl->spare);
-    rl->node = redis_open_node(url);
-    if (!rl->line || !rl->spare) {
+    rl->cluster = cluster;
+    rl->max_conns = max_conns;
+    rl->line_cap = line_cap;
+    rl->max_waiters = max_waiters;
+    rl->conns = calloc((size_t)max_conns, sizeof *rl->conns);
+    if (!rl->conns) {
+        free(rl);
+        return NULL;
+    }
+    return rl;
+}
+
+sgw_redis_loop *redis_loop_new(const char *url, int max_waiters) {
+    /* each coroutine waits on one call, plus AUTH and SELECT */
+    sgw_redis_loop *rl = loop_new(NULL, 1, max_waiters + 4, max_waiters);
+    if (!rl) return NULL;
+    rl->conns[0] = conn_new(redis_open_node(url), 1, rl->line_cap);
+    if (!rl->conns[0]) {
+        redis_loop_free(rl);
+        return NULL;
+    }
+    rl->nconns = 1;
+    return rl;
+}
+
+sgw_redis_loop *redis_loop_new_cluster(sgw_cluster *cluster, int max_waiters) {
+    /* On one node: each coroutine's call and the ASKING ahead of it, plus
+     * AUTH and SELECT. The retry list holds at most one call each. */
+    sgw_redis_loop *rl = loop_new(cluster, REDIS_LOOP_NODES_MAX, 2 * max_waiters + 4, max_waiters);
+    if (!rl) return NULL;
+    rl->later = calloc((size_t)max_waiters, sizeof *rl->later);
+    if (!rl->later) {
         redis_loop_free(rl);
         return NULL;
     }
@@ -63,11 +148,11 @@ sgw_redis_loop *redis_loop_new(const char *url, int max_waiters) {
 
 void redis_loop_free(sgw_redis_loop *rl) {
     if (!rl) return;
-    if (rl->ctx) redisFree(rl->ctx);
+    for (int i = 0; i < rl->nconns; i++) conn_free(rl->conns[i]);
+    for (int i = 0; i < rl->nlater; i++) redisFreeCommand(rl->later[i].cmd);
     if (rl->given) freeReplyObject(rl->given);
-    redis_close(rl->node);
-    free(rl->line);
-    free(rl->spare);
+    free(rl->conns);
+    free(rl->later);
     free(rl);
 }
 
@@ -80,17 +165,22 @@ int redis_loop_usable(sgw_redis_loop *rl, lua_State *L) {
 }
 
 int redis_loop_in_flight(sgw_redis_loop *rl) {
-    return rl && rl->len > 0;
+    if (!rl) return 0;
+    for (int i = 0; i < rl->nconns; i++)
+        if (rl->conns[i]->len > 0) return 1;
+    return rl->nlater > 0;
 }
 
-static int push_waiter(sgw_redis_loop *rl, lua_State *co, uint64_t deadline, int setup) {
-    if (rl->len == rl->cap) return -1;
-    rl->line[(rl->head + rl->len) % rl->cap] = (waiter){ co, deadline, setup };
-    rl->len++;
-    return 0;
+int redis_loop_timeout(sgw_redis_loop *rl, int timeout_ms) {
+    if (!rl || rl->nlater == 0) return timeout_ms;
+    uint64_t now = clock_mono_ms(), due = rl->later[0].deadline;
+    for (int i = 1; i < rl->nlater; i++)
+        if (rl->later[i].deadline < due) due = rl->later[i].deadline;
+    int until = due > now ? (int)(due - now) : 0;
+    return timeout_ms < 0 || until < timeout_ms ? until : timeout_ms;
 }
 
-/* Hands the coroutine at the head of the line what it waited for. */
+/* Hands the coroutine what it waited for. */
 static void deliver(sgw_redis_loop *rl, lua_State *co, redisReply *rep, const char *err,
                     void (*on_ready)(lua_State *, int, void *), void *ud) {
     if (!co) {
@@ -109,48 +199,142 @@ static void deliver(sgw_redis_loop *rl, lua_State *co, redisReply *rep, const ch
     }
 }
 
+/* A call that will get no reply: its command goes, its coroutine learns why. */
+static void give_up(sgw_redis_loop *rl, waiter *w, const char *err,
+                    void (*on_ready)(lua_State *, int, void *), void *ud) {
+    redisFreeCommand(w->cmd);
+    w->cmd = NULL;
+    deliver(rl, w->co, NULL, err, on_ready, ud);
+}
+
 /* Drops the connection and fails every call waiting on it with err. */
-static void fail_all(sgw_redis_loop *rl, const char *kind, const char *detail,
+static void fail_all(sgw_redis_loop *rl, conn *c, const char *kind, const char *detail,
                      void (*on_ready)(lua_State *, int, void *), void *ud) {
     const char *err;
-    redis_node_fail(rl->node, kind, detail, &err);
+    redis_node_fail(c->node, kind, detail, &err);
+    if (rl->cluster) redis_cluster_lost(rl->cluster);
     char msg[256];
     snprintf(msg, sizeof msg, "%s", err);
-    if (rl->ctx) redisFree(rl->ctx);
-    rl->ctx = NULL;
-    rl->unwritten = 0;
+    if (c->ctx) redisFree(c->ctx);
+    c->ctx = NULL;
+    c->unwritten = 0;
     /* Resumed coroutines may send again (and fail at once in the back-off):
      * the line they find is a new, empty one. */
-    int n = rl->len;
-    for (int i = 0; i < n; i++) rl->spare[i] = rl->line[(rl->head + i) % rl->cap];
-    waiter *failed = rl->spare;
-    rl->spare = rl->line;
-    rl->line = failed;
-    rl->head = 0;
-    rl->len = 0;
-    for (int i = 0; i < n; i++) deliver(rl, failed[i].co, NULL, msg, on_ready, ud);
+    int n = c->len;
+    for (int i = 0; i < n; i++) c->spare[i] = c->line[(c->head + i) % c->cap];
+    waiter *failed = c->spare;
+    c->spare = c->line;
+    c->line = failed;
+    c->head = 0;
+    c->len = 0;
+    for (int i = 0; i < n; i++) give_up(rl, &failed[i], msg, on_ready, ud);
+}
+
+static void push_waiter(conn *c, waiter w) {
+    c->line[(c->head + c->len) % c->cap] = w;
+    c->len++;
+}
+
+/* Appends w's command (after ASKING when asking) to c, connecting first when
+ * need be. 0: w and its command belong to c's line; -1 with the reason in
+ * *err: nothing was sent and w is still the caller's. */
+static int conn_push(conn *c, waiter w, int asking, const char **err) {
+    if (c->len + 4 > c->cap) {
+        *err = "redis: too many calls waiting on this worker's connection";
+        return -1;
+    }
+    uint64_t deadline = clock_mono_ms() + (uint64_t)redis_node_timeout_ms(c->node);
+    if (!c->ctx) {
+        int nsetup = 0;
+        c->ctx = redis_node_connect_nonblock(c->node, &nsetup, err);
+        if (!c->ctx) return -1;
+        for (int i = 0; i < nsetup; i++) push_waiter(c, (waiter){ .deadline = deadline, .setup = 1, .slot = -1 });
+        c->unwritten = 1;
+    }
+    static const char asking_cmd[] = "*1\r\n$6\r\nASKING\r\n";
+    if (asking) {
+        if (redisAppendFormattedCommand(c->ctx, asking_cmd, sizeof asking_cmd - 1) != REDIS_OK) {
+            *err = "redis: out of memory";
+            return -1;
+        }
+        push_waiter(c, (waiter){ .deadline = deadline, .slot = -1 });
+    }
+    if (redisAppendFormattedCommand(c->ctx, w.cmd, w.cmdlen) != REDIS_OK) {
+        /* an ASKING without its command is harmless: the next command clears it */
+        *err = "redis: out of memory";
+        return -1;
+    }
+    w.deadline = deadline;
+    push_waiter(c, w);
+    c->unwritten = 1;
+    return 0;
+}
+
+/* The loop's connection to a cluster node, made on first use; NULL when
+ * the loop has as many as it may poll. */
+static conn *conn_to(sgw_redis_loop *rl, sgw_redis *node, const char **err) {
+    for (int i = 0; i < rl->nconns; i++)
+        if (rl->conns[i]->node == node) return rl->conns[i];
+    if (rl->nconns == rl->max_conns) {
+        *err = "redis cluster: more nodes than a worker's loop may connect to";
+        return NULL;
+    }
+    conn *c = conn_new(node, 0, rl->line_cap);
+    if (!c) {
+        *err = "redis: out of memory";
+        return NULL;
+    }
+    rl->conns[rl->nconns++] = c;
+    return c;
+}
+
+/* Sends a cluster command to `to`, or to the node of its slot when NULL.
+ * 0: it waits there; -1 with *err: it is still the caller's. */
+static int route(sgw_redis_loop *rl, waiter w, sgw_redis *to, int asking, const char **err) {
+    int chosen = to == NULL;
+    if (chosen) to = redis_cluster_node_for(rl->cluster, w.slot);
+    for (int tries = 0; tries < 2; tries++) {
+        if (!to) {
+            *err = "redis cluster: no node known";
+            return -1;
+        }
+        conn *c = conn_to(rl, to, err);
+        if (!c) return -1;
+        if (conn_push(c, w, asking, err) == 0) return 0;
+        if (!chosen || c->ctx) return -1;
+        /* Not connected (refused, or in its back-off): the node may have
+         * failed over. Read the map again and try the slot's node once
+         * more (a keyless command: the next node); the same node: down. */
+        redis_cluster_lost(rl->cluster);
+        sgw_redis *next = redis_cluster_node_for(rl->cluster, w.slot);
+        if (w.slot >= 0 && next == to) return -1;
+        to = next;
+    }
+    return -1;
 }
 
 int redis_loop_send(sgw_redis_loop *rl, lua_State *co, int argc, const char **argv, const size_t *lens,
                     const char **err) {
-    if (rl->len + 3 > rl->cap) {
-        *err = "redis: too many calls waiting on this worker's connection";
-        return -1;
-    }
-    if (!rl->ctx) {
-        int nsetup = 0;
-        rl->ctx = redis_node_connect_nonblock(rl->node, &nsetup, err);
-        if (!rl->ctx) return -1;
-        uint64_t deadline = clock_mono_ms() + (uint64_t)redis_node_timeout_ms(rl->node);
-        for (int i = 0; i < nsetup; i++) push_waiter(rl, NULL, deadline, 1);
-        rl->unwritten = 1;
-    }
-    if (redisAppendCommandArgv(rl->ctx, argc, argv, lens) != REDIS_OK) {
+    waiter w = { .co = co, .slot = -1 };
+    int len = redisFormatCommandArgv(&w.cmd, argc, argv, lens);
+    if (len < 0) {
         *err = "redis: out of memory";
         return -1;
     }
-    push_waiter(rl, co, clock_mono_ms() + (uint64_t)redis_node_timeout_ms(rl->node), 0);
-    rl->unwritten = 1;
+    w.cmdlen = (size_t)len;
+    if (!rl->cluster) {
+        conn *c = rl->conns[0];
+        int rc = conn_push(c, w, 0, err);
+        /* One server never redirects: the command need not be kept. */
+        if (rc == 0) c->line[(c->head + c->len - 1) % c->cap].cmd = NULL;
+        redisFreeCommand(w.cmd);
+        return rc;
+    }
+    w.slot = redis_command_slot(argc, argv, lens);
+    if (route(rl, w, NULL, 0, err) != 0) {
+        redisFreeCommand(w.cmd);
+        return -1;
+    }
     return 0;
 }
 
@@ -170,76 +354,137 @@ redisReply *redis_loop_take(sgw_redis_loop *rl, lua_State *co, const char **err)
 
 void redis_loop_forget(sgw_redis_loop *rl, lua_State *co) {
     if (!rl) return;
-    for (int i = 0; i < rl->len; i++) {
-        waiter *w = &rl->line[(rl->head + i) % rl->cap];
-        if (w->co == co) w->co = NULL;
+    for (int k = 0; k < rl->nconns; k++) {
+        conn *c = rl->conns[k];
+        for (int i = 0; i < c->len; i++) {
+            waiter *w = &c->line[(c->head + i) % c->cap];
+            if (w->co == co) w->co = NULL;
+        }
     }
+    for (int i = 0; i < rl->nlater; i++)
+        if (rl->later[i].co == co) rl->later[i].co = NULL;
 }
 
 /* An idle connection is watched too, so that one the server closed (a
  * restart) is dropped quietly instead of failing the next call. */
-int redis_loop_pollfd(sgw_redis_loop *rl, struct pollfd *pfd) {
-    if (!rl || !rl->ctx) return 0;
-    pfd->fd = rl->ctx->fd;
-    pfd->events = (short)(POLLIN | (rl->unwritten ? POLLOUT : 0));
-    pfd->revents = 0;
+int redis_loop_pollfds(sgw_redis_loop *rl, struct pollfd *fds, int cap) {
+    int n = 0;
+    for (int i = 0; rl && i < rl->nconns && n < cap; i++) {
+        conn *c = rl->conns[i];
+        if (!c->ctx) continue;
+        fds[n++] = (struct pollfd){ .fd = c->ctx->fd, .events = (short)(POLLIN | (c->unwritten ? POLLOUT : 0)) };
+    }
+    return n;
+}
+
+/* What a cluster reply asks of the call it answers; 1 when the call went
+ * on waiting (sent elsewhere, or to be sent again), 0 when rep is its
+ * answer. */
+static int redirected(sgw_redis_loop *rl, waiter *w, redisReply *rep,
+                      void (*on_ready)(lua_State *, int, void *), void *ud) {
+    redis_cluster_answered(rl->cluster);
+    sgw_redis *to = NULL;
+    int kind = redis_cluster_redirect(rl->cluster, rep, &to);
+    if (kind == CLUSTER_FINAL || !redis_cluster_may_hop(w->hops)) return 0;
+    freeReplyObject(rep);
+    if (kind == CLUSTER_RETRY) {
+        /* Full only while calls of coroutines that went wait there too. */
+        if (rl->nlater == rl->max_waiters) {
+            give_up(rl, w, "redis: too many calls waiting on this worker's connection", on_ready, ud);
+            return 1;
+        }
+        w->deadline = clock_mono_ms() + (uint64_t)redis_cluster_retry_ms(w->hops);
+        w->hops++;
+        rl->later[rl->nlater++] = *w;
+        return 1;
+    }
+    w->hops++;
+    const char *err;
+    if (route(rl, *w, to, kind == CLUSTER_ASK, &err) != 0) give_up(rl, w, err, on_ready, ud);
     return 1;
 }
 
 /* Reads every complete reply and resumes its coroutine; 0, or -1 after a
  * failure (the line failed). */
-static int read_replies(sgw_redis_loop *rl, void (*on_ready)(lua_State *, int, void *), void *ud) {
-    if (redisBufferRead(rl->ctx) != REDIS_OK) {
-        fail_all(rl, "io", rl->ctx->errstr, on_ready, ud);
+static int read_replies(sgw_redis_loop *rl, conn *c, void (*on_ready)(lua_State *, int, void *), void *ud) {
+    if (redisBufferRead(c->ctx) != REDIS_OK) {
+        fail_all(rl, c, "io", c->ctx->errstr, on_ready, ud);
         return -1;
     }
-    while (rl->ctx && rl->len > 0) {
+    while (c->ctx && c->len > 0) {
         void *rep = NULL;
-        if (redisGetReplyFromReader(rl->ctx, &rep) != REDIS_OK) {
-            fail_all(rl, "io", rl->ctx->errstr, on_ready, ud);
+        if (redisGetReplyFromReader(c->ctx, &rep) != REDIS_OK) {
+            fail_all(rl, c, "io", c->ctx->errstr, on_ready, ud);
             return -1;
         }
         if (!rep) break;
-        waiter w = rl->line[rl->head];
-        rl->head = (rl->head + 1) % rl->cap;
-        rl->len--;
+        waiter w = c->line[c->head];
+        c->head = (c->head + 1) % c->cap;
+        c->len--;
         redisReply *r = rep;
         if (w.setup && r->type == REDIS_REPLY_ERROR) {
             /* AUTH or SELECT refused: nothing after it can work. */
             char detail[200];
             snprintf(detail, sizeof detail, "set-up refused: %s", r->str);
             freeReplyObject(r);
-            fail_all(rl, "connect", detail, on_ready, ud);
+            fail_all(rl, c, "connect", detail, on_ready, ud);
             return -1;
         }
-        redis_node_ok(rl->node);
+        redis_node_ok(c->node);
+        if (w.cmd && w.co && redirected(rl, &w, r, on_ready, ud)) continue;
+        redisFreeCommand(w.cmd);
         deliver(rl, w.co, r, NULL, on_ready, ud);
     }
     return 0;
 }
 
-void redis_loop_drive(sgw_redis_loop *rl, const struct pollfd *fds, int nfds,
-                      void (*on_ready)(lua_State *co, int nres, void *ud), void *ud) {
-    if (!rl || !rl->ctx) return;
+static void drive_conn(sgw_redis_loop *rl, conn *c, const struct pollfd *fds, int nfds,
+                       void (*on_ready)(lua_State *, int, void *), void *ud) {
+    if (!c->ctx) return;
     short revents = 0;
     for (int i = 0; i < nfds; i++)
-        if (fds[i].fd == rl->ctx->fd) revents |= fds[i].revents;
-    if (rl->unwritten && (revents & (POLLOUT | POLLERR | POLLHUP))) {
+        if (fds[i].fd == c->ctx->fd) revents |= fds[i].revents;
+    if (c->unwritten && (revents & (POLLOUT | POLLERR | POLLHUP))) {
         int done = 0;
-        if (redisBufferWrite(rl->ctx, &done) != REDIS_OK) {
-            fail_all(rl, "io", rl->ctx->errstr, on_ready, ud);
+        if (redisBufferWrite(c->ctx, &done) != REDIS_OK) {
+            fail_all(rl, c, "io", c->ctx->errstr, on_ready, ud);
             return;
         }
-        if (done) rl->unwritten = 0;
+        if (done) c->unwritten = 0;
     }
-    if ((revents & (POLLIN | POLLERR | POLLHUP)) && rl->len == 0) {
-        if (redisBufferRead(rl->ctx) != REDIS_OK) {
-            redisFree(rl->ctx);
-            rl->ctx = NULL;
+    if ((revents & (POLLIN | POLLERR | POLLHUP)) && c->len == 0) {
+        if (redisBufferRead(c->ctx) != REDIS_OK) {
+            redisFree(c->ctx);
+            c->ctx = NULL;
         }
         return;
     }
-    if ((revents & (POLLIN | POLLERR | POLLHUP)) && read_replies(rl, on_ready, ud) != 0) return;
-    if (rl->ctx && rl->len > 0 && clock_mono_ms() >= rl->line[rl->head].deadline)
-        fail_all(rl, "io", "timeout", on_ready, ud);
+    if ((revents & (POLLIN | POLLERR | POLLHUP)) && read_replies(rl, c, on_ready, ud) != 0) return;
+    if (c->ctx && c->len > 0 && clock_mono_ms() >= c->line[c->head].deadline)
+        fail_all(rl, c, "io", "timeout", on_ready, ud);
+}
+
+/* Sends again the calls whose pause after TRYAGAIN or CLUSTERDOWN is over. */
+static void retry_due(sgw_redis_loop *rl, void (*on_ready)(lua_State *, int, void *), void *ud) {
+    uint64_t now = clock_mono_ms();
+    for (int i = 0; i < rl->nlater;) {
+        if (rl->later[i].deadline > now) {
+            i++;
+            continue;
+        }
+        /* Out of the list before anything resumes a coroutine. */
+        waiter w = rl->later[i];
+        rl->later[i] = rl->later[--rl->nlater];
+        const char *err;
+        if (!w.co) redisFreeCommand(w.cmd);
+        else if (route(rl, w, NULL, 0, &err) != 0) give_up(rl, &w, err, on_ready, ud);
+    }
+}
+
+void redis_loop_drive(sgw_redis_loop *rl, const struct pollfd *fds, int nfds,
+                      void (*on_ready)(lua_State *co, int nres, void *ud), void *ud) {
+    if (!rl) return;
+    /* A resumed coroutine may add a connection: nconns is read each time. */
+    for (int i = 0; i < rl->nconns; i++) drive_conn(rl, rl->conns[i], fds, nfds, on_ready, ud);
+    if (rl->nlater) retry_due(rl, on_ready, ud);
 }

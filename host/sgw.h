@@ -293,13 +293,30 @@ int        redis_cluster_healthy(sgw_cluster *c);
 struct redisReply *redis_cluster_command(sgw_cluster *c, int slot, int argc, const char **argv,
                                          const size_t *lens, const char **err);
 struct redisContext *redis_cluster_take_context(sgw_cluster *c, const char **err);
+/* For redis_loop.c, which waits for the nodes without the thread. The node
+ * of a slot (any node for -1); the map is read first when stale (blocking:
+ * CLUSTER SLOTS, at most every REFRESH_MIN_MS). NULL: no node known. */
+sgw_redis *redis_cluster_node_for(sgw_cluster *c, int slot);
+/* What a reply asks of its command: CLUSTER_FINAL (it is the answer),
+ * CLUSTER_MOVED (map updated) or CLUSTER_ASK to *to, CLUSTER_RETRY later. */
+enum { CLUSTER_FINAL, CLUSTER_MOVED, CLUSTER_ASK, CLUSTER_RETRY };
+int        redis_cluster_redirect(sgw_cluster *c, const struct redisReply *rep, sgw_redis **to);
+int        redis_cluster_may_hop(int hop);      /* 1 while a command may be redirected again */
+int        redis_cluster_retry_ms(int hop);     /* the pause before a TRYAGAIN's retry */
+void       redis_cluster_lost(sgw_cluster *c);  /* a node failed: read the map again */
+void       redis_cluster_answered(sgw_cluster *c);
+sgw_cluster *redis_cluster_of(sgw_redis *r);   /* NULL: a single server */
 
 /* ------------------------------------------------------------ redis_loop.c
- * A worker loop's own connection: a redis.* call of the coroutine being
- * resumed (redis_loop_set_current) appends its command, yields
- * (lightuserdata: the loop's connection) and is resumed by redis_loop_drive
- * with its reply, which the binding takes (redis_loop_take). */
+ * A worker loop's own connections (one server's, or one per cluster node):
+ * a redis.* call of the coroutine being resumed (redis_loop_set_current)
+ * appends its command, yields (lightuserdata: the loop's redis_loop) and is
+ * resumed by redis_loop_drive with its reply, which the binding takes
+ * (redis_loop_take). */
+#define REDIS_LOOP_NODES_MAX 32     /* cluster nodes one loop connects to */
 sgw_redis_loop *redis_loop_new(const char *url, int max_waiters);   /* NULL: no memory */
+/* On the worker's cluster (redis_cluster_of(w->redis)), which it must outlive. */
+sgw_redis_loop *redis_loop_new_cluster(sgw_cluster *cluster, int max_waiters);
 void        redis_loop_free(sgw_redis_loop *rl);
 void        redis_loop_set_current(sgw_redis_loop *rl, lua_State *co);
 int         redis_loop_usable(sgw_redis_loop *rl, lua_State *L);   /* L is current and may yield */
@@ -312,7 +329,9 @@ int         redis_loop_send(sgw_redis_loop *rl, lua_State *co, int argc, const c
 struct redisReply *redis_loop_take(sgw_redis_loop *rl, lua_State *co, const char **err);
 void        redis_loop_forget(sgw_redis_loop *rl, lua_State *co);   /* co ended */
 struct pollfd;
-int         redis_loop_pollfd(sgw_redis_loop *rl, struct pollfd *pfd);   /* 1 when it has one */
+int         redis_loop_pollfds(sgw_redis_loop *rl, struct pollfd *fds, int cap);   /* how many */
+/* timeout_ms (-1: none) shortened to the next retry's due time. */
+int         redis_loop_timeout(sgw_redis_loop *rl, int timeout_ms);
 void        redis_loop_drive(sgw_redis_loop *rl, const struct pollfd *fds, int nfds,
                              void (*on_ready)(lua_State *co, int nres, void *ud), void *ud);
 /* What redis_loop.c needs of a single server's settings and back-off. */
@@ -542,8 +561,9 @@ int  loop_open(sgw_worker *w, int max_coroutines);   /* 0 ok; -1: no memory */
  * loop also has a wake-up, a LISTEN (jobs), the replica's pool, Redis and
  * its inbox. */
 #define LOOP_POOL_MAX 30
-/* What loop_pollfds may return: both pools' sockets, Redis and the inbox. */
-#define LOOP_FDS_MAX (2 * LOOP_POOL_MAX + 2)
+/* What loop_pollfds may return: both pools' sockets, Redis (one server, or
+ * up to REDIS_LOOP_NODES_MAX cluster nodes) and the inbox. */
+#define LOOP_FDS_MAX (2 * LOOP_POOL_MAX + REDIS_LOOP_NODES_MAX + 1)
 /* The coroutine being resumed (NULL between resumptions): only its calls wait
  * on the loop. */
 void loop_set_current(sgw_worker *w, lua_State *co);

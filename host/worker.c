@@ -117,11 +117,12 @@ int worker_init(sgw_worker *w, int id, const char *role, char *err, size_t errle
 void worker_destroy(sgw_worker *w) {
     luart_close_state(w);
     if (w->pg) pg_close(w->pg);
+    /* The loop's connections go first: on a cluster they use w->redis's map. */
+    redis_loop_free(w->redis_loop);
     if (w->redis) redis_close(w->redis);
     if (w->httpc) httpc_free(w->httpc);
     if (w->pgpool) pgpool_free(w->pgpool);
     if (w->replica_pool) pgpool_free(w->replica_pool);
-    redis_loop_free(w->redis_loop);
     offload_inbox_free(w->inbox);
     memset(w, 0, sizeof *w);
 }

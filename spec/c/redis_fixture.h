@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 /* config/sgw.conf with redis.retry_interval_ms = 300; 0 ok. */
-static int redis_fixture_config(void)
+static inline int redis_fixture_config(void)
 {
     char err[512];
     if (config_load_file("config/sgw.conf", 1, err, sizeof err) != 0 ||
@@ -32,7 +32,7 @@ static int redis_fixture_config(void)
 /* A listener that never accepts: connecting works (the kernel completes the
  * handshake), but no reply ever comes, so only the time-out ends a call.
  * Its socket (close it), or -1; url gets redis://127.0.0.1:port. */
-static int redis_fixture_silent(char *url, size_t len)
+static inline int redis_fixture_silent(char *url, size_t len)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {0};
