@@ -64,9 +64,14 @@ ALTER TABLE comments
   ADD FOREIGN KEY (post_target_id) REFERENCES post_targets (id),
   ADD FOREIGN KEY (post_id) REFERENCES posts (id),
   ADD FOREIGN KEY (social_account_id) REFERENCES social_accounts (id);
-CREATE INDEX comments_post ON comments (post_id, created_at, id);
+-- The company beside the post and the account: a query names both, and an
+-- index that holds every equality it asks for, in the order it reads, is
+-- the plan PostgreSQL keeps even when it misjudges how many rows match (with
+-- (post_id, created_at, id) it could AND the post's and the company's
+-- indexes and sort the whole post to keep one page).
+CREATE INDEX comments_post ON comments (post_id, company_id, created_at, id);
 CREATE INDEX comments_inbox ON comments (company_id, environment, created_at, id);
-CREATE INDEX comments_account_created ON comments (social_account_id, created_at, id);
+CREATE INDEX comments_account_created ON comments (social_account_id, company_id, created_at, id);
 CREATE INDEX comments_inbox_hidden ON comments (company_id, environment, created_at, id) WHERE is_hidden;
 CREATE INDEX comments_inbox_deleted ON comments (company_id, environment, created_at, id) WHERE is_deleted;
 CREATE INDEX comments_target_live ON comments (post_target_id) WHERE NOT is_deleted;
