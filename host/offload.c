@@ -83,10 +83,14 @@ static void *pool_main(void *arg) {
         }
         j->next = in->done;
         in->done = j;
-        pthread_mutex_unlock(&in->mu);
+        /* Woken under the lock: once it is released the loop may free the
+         * inbox, eventfd and all. */
         uint64_t one = 1;
-        if (write(in->efd, &one, sizeof one) < 0 && errno != EAGAIN)
-            log_msg(LOG_WARN, "offload", "cannot wake a loop: %s", strerror(errno));
+        int failed = 0;
+        if (write(in->efd, &one, sizeof one) < 0 && errno != EAGAIN) failed = errno;
+        pthread_mutex_unlock(&in->mu);
+        if (failed)
+            log_msg(LOG_WARN, "offload", "cannot wake a loop: %s", strerror(failed));
     }
 }
 

@@ -76,7 +76,7 @@ int main(void) {
     loop_forget(&w, co);
     luaL_unref(w.L, LUA_REGISTRYINDEX, ref);
     runner none = { .w = &w, .n = 0 };
-    uint64_t deadline = clock_mono_ms() + 10000, at = 0;
+    uint64_t deadline = clock_mono_ms() + 60000, at = 0;
     struct pollfd fds[4];
     int nf;
     while ((nf = loop_pollfds(&w, fds, 4)) > 0 && clock_mono_ms() < deadline)
