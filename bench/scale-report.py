@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The tables of bench/run-scale, from its phase lines (one JSON object each).
 
-  scale-report.py PHASES CORES LOAD COMMIT OUT.json
+  scale-report.py STORAGE PHASES CORES LOAD COMMIT OUT.json
 
 Per instance count and phase, the median of the rounds of: operations per
 second, latency (listing: the highest p50/p99 of the wrk processes, one per
@@ -12,7 +12,8 @@ figures a capacity model multiplies.
 """
 import json, statistics, sys, time
 
-path, cores, load, commit, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+storage = json.load(open(sys.argv[1]))
+path, cores, load, commit, out = sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6]
 phases = [json.loads(l) for l in open(path)]
 med = statistics.median
 GROUPS = ("sgw", "postgres", "redis", "generator", "fake")
@@ -90,10 +91,15 @@ for phase in cost:
     for t in (p["statements"]["top"] or [])[:6]:
         print("    %7.2f %8.3f  %s" % (t["calls"] / max(p["ops"], 1), t["exec_ms"] / max(p["ops"], 1), t["query"][:90]))
 
+print()
+print("on disk at the end (table, indexes and TOAST)")
+for t in storage:
+    print("  %-26s %9d rows %10.1f MB %7.0f bytes a row" % (t["table"], t["rows"], t["bytes"] / 1e6, t["bytes"] / max(t["rows"], 1)))
+
 errors = sum(p["figures"].get("errors", 0) for p in phases)
 unpublished = sum(p["ops"] - p["published"] for p in phases if p["phase"] == "publish")
 json.dump({"benchmark": "scale", "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": commit,
-           "machine": {"cores": cores, "load_average_at_end": load}, "summary": summary, "cost_per_op": cost,
+           "machine": {"cores": cores, "load_average_at_end": load}, "summary": summary, "cost_per_op": cost, "storage": storage,
            "phases": phases}, open(out, "w"), indent=1)
 if errors:
     sys.exit("%d listing requests failed: those figures do not measure the listing" % errors)
