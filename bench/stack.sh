@@ -1,8 +1,8 @@
-# bench/stack.sh — sourced by bench/run-inbox, bench/run-feed and
-# bench/run-comments-scale: one sgw on private throw-away PostgreSQL and
-# Redis, companies with sandbox accounts, posts and comments written straight
-# in SQL (bench/generate.sql), GET queries measured with wrk and their plans
-# logged with auto_explain. The caller sets BENCH_NAME and cds to the
+# bench/stack.sh — sourced by bench/run-inbox, run-feed, run-comments-scale and
+# run-scale: sgw on private throw-away PostgreSQL and Redis, companies with
+# sandbox accounts, posts and comments written straight in SQL
+# (bench/generate.sql), GET queries measured with wrk and their plans logged
+# with auto_explain. The caller sets BENCH_NAME and cds to the
 # repository root; everything started here is stopped on exit.
 KEY="MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
 
@@ -25,34 +25,52 @@ trap cleanup EXIT INT TERM
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 field() { python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"; }
 
-# start_stack [SGW ARGS...]: sets db, base, args, sgw_pid, postmaster,
-# pg_log. auto_explain is loaded into every session (it costs nothing while
-# its log_min_duration is -1) so that the plans of sgw's own statements can
-# be logged later without restarting anything.
+# start_stack [SGW ARGS...]: sets db, args (for the CLI and every instance),
+# postmaster, pg_log, redis_pid, and starts the first instance (start_sgw).
+# auto_explain is loaded into every session (it costs nothing while its
+# log_min_duration is -1) so that the plans of sgw's own statements can be
+# logged later without restarting anything. With PG_STATEMENTS=1
+# pg_stat_statements is loaded too, which takes a restart of the server.
 start_stack() {
   say "starting private PostgreSQL and Redis"
-  bash spec/support/services start "$tmp/services" --database sgw_bench >/dev/null
+  local services=(bash spec/support/services start "$tmp/services" --database sgw_bench)
+  "${services[@]}" >/dev/null
   set -a; . "$tmp/services/services.env"; set +a
   db=$SGW_TEST_DATABASE_URL
+  if [[ ${PG_STATEMENTS:-0} == 1 ]]; then
+    psql "$db" -XAtq -c "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'" >/dev/null
+    bash spec/support/services stop "$tmp/services" >/dev/null && "${services[@]}" >/dev/null
+    set -a; . "$tmp/services/services.env"; set +a
+    db=$SGW_TEST_DATABASE_URL
+    psql "$db" -XAtq -c "CREATE EXTENSION pg_stat_statements" >/dev/null
+  fi
   local pg_root
   pg_root=$(cat "$tmp/services/postgres.path" 2>/dev/null || echo "$tmp/services/postgres")
   pg_log=$pg_root/postgres.log
   postmaster=$(head -n 1 "$(psql "$db" -XAtq -c 'SHOW data_directory')/postmaster.pid")
+  redis_pid=$(cat "$tmp/services/redis/redis.pid" 2>/dev/null || echo 0)
   psql "$db" -XAtq -c "ALTER DATABASE sgw_bench SET session_preload_libraries = 'auto_explain'" >/dev/null
-  local hport aport
-  hport=$(free_port); aport=$(free_port)
-  base="http://127.0.0.1:$hport"
-  args=(--set "database.url=$db" --set "redis.url=$SGW_TEST_REDIS_URL" --set "http.listen=127.0.0.1:$hport"
-        --set "admin.listen=127.0.0.1:$aport" --set "crypto.encryption_key=$KEY"
+  args=(--set "database.url=$db" --set "redis.url=$SGW_TEST_REDIS_URL" --set "crypto.encryption_key=$KEY"
         --set "api.rate_limit.per_minute=100000000" --set "log.requests=false" --set "log.level=warn" "$@")
   build/sgw migrate "${args[@]}" >/dev/null
   psql "$db" -XAtq -v ON_ERROR_STOP=1 -f bench/generate.sql >/dev/null
-  build/sgw serve "${args[@]}" > "$tmp/sgw.log" 2>&1 &
-  sgw_pid=$!
-  pids+=("$sgw_pid")
+  start_sgw
+}
+
+# start_sgw: one more instance on the same database and Redis, on ports of its
+# own; appends to sgw_pids and bases. The first one's are also sgw_pid, base.
+sgw_pids=() bases=()
+start_sgw() {
+  local n=${#sgw_pids[@]} hport aport pid
+  hport=$(free_port); aport=$(free_port)
+  build/sgw serve "${args[@]}" --set "http.listen=127.0.0.1:$hport" --set "admin.listen=127.0.0.1:$aport" \
+    --set "public_base_url=http://127.0.0.1:$hport" > "$tmp/sgw-$n.log" 2>&1 &
+  pid=$!
+  pids+=("$pid"); sgw_pids+=("$pid"); bases+=("http://127.0.0.1:$hport")
+  sgw_pid=${sgw_pids[0]} base=${bases[0]}
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$aport/readyz" >/dev/null && return; sleep 0.1; done
-  tail -n 20 "$tmp/sgw.log" >&2
-  die "sgw did not become ready"
+  tail -n 20 "$tmp/sgw-$n.log" >&2
+  die "sgw instance $((n + 1)) did not become ready"
 }
 
 # company NAME PLATFORMS...: a company, its test client (a limit it never
@@ -95,17 +113,23 @@ if o: p["o"] = o
 print(base64.urlsafe_b64encode(json.dumps(p, separators=(",", ":")).encode()).decode().rstrip("="))' $at "${4:-}"
 }
 
-# cpu_of: CPU seconds used so far by sgw and by PostgreSQL's backends.
+# cpu_of [PID...]: CPU seconds used so far by the sgw instances, by
+# PostgreSQL (the postmaster and every backend and helper it forked), by
+# redis-server, by the processes given (with their threads) and by the whole
+# machine (all cores, everyone's), in that order.
 cpu_of() {
-python3 - "$sgw_pid" "$postmaster" <<'PY'
+python3 - "${sgw_pids[*]}" "$postmaster" "${redis_pid:-0}" "$@" <<'PY'
 import os, sys
 hz = os.sysconf("SC_CLK_TCK")
 def stat(pid):
     try: return open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()
     except OSError: return None
 def ticks(f): return int(f[11]) + int(f[12]) if f else 0
-backends = [f for f in map(stat, filter(str.isdigit, os.listdir("/proc"))) if f and f[1] == sys.argv[2]]
-print("%.2f %.2f" % (ticks(stat(sys.argv[1])) / hz, sum(map(ticks, backends)) / hz))
+def cpu(pids): return sum(ticks(stat(p)) for p in pids) / hz
+pg = [p for p in filter(str.isdigit, os.listdir("/proc")) if (stat(p) or [0, 0])[1] == sys.argv[2]]
+machine = list(map(int, open("/proc/stat").readline().split()[1:9]))
+busy = sum(machine) - machine[3] - machine[4]
+print("%.2f %.2f %.2f %.2f %.2f" % (cpu(sys.argv[1].split()), cpu(pg + [sys.argv[2]]), cpu([sys.argv[3]]), cpu(sys.argv[4:]), busy / hz))
 PY
 }
 
