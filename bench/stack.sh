@@ -93,8 +93,10 @@ company() {
 # posts COMPANY N: N published posts on each of the company's accounts, with
 # their targets (ids pt_bench_<account>_<n>), in SQL.
 posts() {
-  psql "$db" -XAtq -v ON_ERROR_STOP=1 -v company="$1" -v posts="$2" \
-    -c "SELECT bench_posts(ARRAY[:'company'], :posts)" >/dev/null
+  # From standard input: psql does not put variables into a -c command.
+  psql "$db" -XAtq -v ON_ERROR_STOP=1 -v company="$1" -v posts="$2" >/dev/null <<'SQL'
+SELECT bench_posts(ARRAY[:'company'], :posts);
+SQL
 }
 
 # position_cursor OFFSET ORDER WHERE [O]: the cursor of the comment at OFFSET

@@ -270,14 +270,16 @@ end
 -- company and environment have no such post. Returns rows and the position
 -- after the last one when more follow, else nil. One statement finds the
 -- post and its page: a post without comments (or past its last page) gives
--- one row without a comment.
+-- one row without a comment. The page names the post by $1, not p.id, so
+-- that PostgreSQL plans it knowing which post (its statistics: an ordered
+-- walk of the post's index, not a sort of the whole post).
 function M.list(client, post_id, after, limit)
   -- Qualified names: the output column created_at is the formatted text.
   local rows = reads.rows("SELECT " .. M.select_list("c.") .. ", " .. sqltime.exact("c.created_at", "position_t") .. [[
       FROM posts p
       LEFT JOIN LATERAL (
         SELECT * FROM comments c
-         WHERE c.post_id = p.id AND c.company_id = $2 AND c.environment = $3
+         WHERE c.post_id = $1 AND c.company_id = $2 AND c.environment = $3
            AND ($4::timestamptz IS NULL OR (c.created_at, c.id) > ($4::timestamptz, $5))
          ORDER BY c.created_at, c.id LIMIT $6) c ON true
       WHERE p.id = $1 AND p.company_id = $2 AND p.environment = $3
