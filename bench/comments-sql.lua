@@ -168,8 +168,13 @@ end
 if mode == "list" then
   local post, company, environment = need("post"), need("company"), need("environment")
   answers = {
-    -- The post exists and has no comment past the page asked for.
-    { "FROM posts", function() return { {} } end },
+    -- A page of the post's comments (the post is looked up only for an
+    -- empty page).
+    { "FROM comments c", function()
+      return { { id = "cmt_bench", company_id = company, environment = environment, post_id = post,
+        platform = "facebook", created_at = "2026-01-01T00:00:00.000Z", updated_at = "2026-01-01T00:00:00.000Z",
+        position_t = "2026-01-01 00:00:00.000000+00" } }
+    end },
   }
   local handler = dofile("handlers/api/comments_list.lua")
   local status = handler({ query = { limit = "50" }, params = { postId = post }, headers = {} },

@@ -268,25 +268,23 @@ end
 -- One page of a post's comments, oldest first (created_at, id), after the
 -- position `after` ({t, id} from a cursor, or nil), or nil when the caller's
 -- company and environment have no such post. Returns rows and the position
--- after the last one when more follow, else nil. One statement finds the
--- post and its page: a post without comments (or past its last page) gives
--- one row without a comment. The page names the post by $1, not p.id, so
--- that PostgreSQL plans it knowing which post (its statistics: an ordered
--- walk of the post's index, not a sort of the whole post).
+-- after the last one when more follow, else nil. A page with comments proves
+-- the post is the caller's (a comment is of its post's company and
+-- environment), so the post is looked up only for an empty page: most
+-- listings are one statement.
+local POST_EXISTS_SQL = "SELECT 1 AS found FROM posts WHERE id = $1 AND company_id = $2 AND environment = $3"
+
 function M.list(client, post_id, after, limit)
   -- Qualified names: the output column created_at is the formatted text.
-  local rows = reads.rows("SELECT " .. M.select_list("c.") .. ", " .. sqltime.exact("c.created_at", "position_t") .. [[
-      FROM posts p
-      LEFT JOIN LATERAL (
-        SELECT * FROM comments c
-         WHERE c.post_id = $1 AND c.company_id = $2 AND c.environment = $3
-           AND ($4::timestamptz IS NULL OR (c.created_at, c.id) > ($4::timestamptz, $5))
-         ORDER BY c.created_at, c.id LIMIT $6) c ON true
-      WHERE p.id = $1 AND p.company_id = $2 AND p.environment = $3
-      ORDER BY c.created_at, c.id]],
-    post_id, client.company_id, client.environment, after and after.t, after and after.id, limit + 1)
-  if not rows[1] then return nil end
-  if rows[1].id == nil then return {}, nil end
+  local rows = assert(db.read_query("SELECT " .. M.select_list("c.") .. ", " .. sqltime.exact("c.created_at", "position_t") .. [[
+      FROM comments c
+      WHERE c.post_id = $1 AND c.company_id = $2 AND c.environment = $3
+        AND ($4::timestamptz IS NULL OR (c.created_at, c.id) > ($4::timestamptz, $5))
+      ORDER BY c.created_at, c.id LIMIT $6]],
+    post_id, client.company_id, client.environment, after and after.t, after and after.id, limit + 1))
+  if not rows[1] and not reads.one(POST_EXISTS_SQL, post_id, client.company_id, client.environment) then
+    return nil
+  end
   local next_position
   if #rows > limit then
     rows[#rows] = nil

@@ -5,14 +5,6 @@
 -- which has the last word.
 local M = {}
 
--- The rows of sql, asked of the primary when the replica has none: for a
--- query that gives at least one row whenever what it looks for exists.
-function M.rows(sql, ...)
-  local rows = assert(db.read_query(sql, ...))
-  if rows[1] then return rows end
-  return assert(db.query(sql, ...))
-end
-
 -- The first row of sql, and the query function that found it, so that what
 -- the caller reads next about that row comes from the same server.
 function M.one(sql, ...)
