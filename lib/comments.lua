@@ -4,6 +4,7 @@ local json = require "json"
 local sqltime = require "sqltime"
 local events = require "events"
 local reads = require "reads"
+local posts = require "posts"
 
 local M = {}
 
@@ -272,8 +273,6 @@ end
 -- the post is the caller's (a comment is of its post's company and
 -- environment), so the post is looked up only for an empty page: most
 -- listings are one statement.
-local POST_EXISTS_SQL = "SELECT 1 AS found FROM posts WHERE id = $1 AND company_id = $2 AND environment = $3"
-
 function M.list(client, post_id, after, limit)
   -- Qualified names: the output column created_at is the formatted text.
   local rows = assert(db.read_query("SELECT " .. M.select_list("c.") .. ", " .. sqltime.exact("c.created_at", "position_t") .. [[
@@ -282,9 +281,7 @@ function M.list(client, post_id, after, limit)
         AND ($4::timestamptz IS NULL OR (c.created_at, c.id) > ($4::timestamptz, $5))
       ORDER BY c.created_at, c.id LIMIT $6]],
     post_id, client.company_id, client.environment, after and after.t, after and after.id, limit + 1))
-  if not rows[1] and not reads.one(POST_EXISTS_SQL, post_id, client.company_id, client.environment) then
-    return nil
-  end
+  if not rows[1] and not posts.read(client, post_id) then return nil end
   local next_position
   if #rows > limit then
     rows[#rows] = nil

@@ -136,15 +136,26 @@ describe("partitioned logs", function()
   end)
 end)
 
+-- A database as the previous version left it (migrations before `version`)
+-- holding company cmp_old with its test client cli_old, then `sql`.
+local function database_before(prefix, version, sql)
+  local db = stack.database_before(prefix, version)
+  stack.psql(db, [[INSERT INTO companies (id, name) VALUES ('cmp_old', 'Old');
+    INSERT INTO api_clients (id, company_id, environment, name, scopes, secret_hash)
+      VALUES ('cli_old', 'cmp_old', 'test', 'old', '{}', 'x');]] .. sql)
+  return db
+end
+
+-- sgw started on db: it migrates the database to this version first.
+local function start_on(db, name)
+  return stack.start_sgw { name = name, database_url = db, set = { ["crypto.encryption_key"] = stack.ENCRYPTION_KEY } }
+end
+
 describe("partitioning an existing database", function()
   teardown(function() stack.cleanup() end)
 
   it("moves the rows into their days' partitions, and ids go on from where they were", function()
-    -- A database as the previous version left it: migrations before 0029.
-    local db = stack.database_before("partitions_migrate", "0029")
-    stack.psql(db, [[INSERT INTO companies (id, name) VALUES ('cmp_old', 'Old');
-      INSERT INTO api_clients (id, company_id, environment, name, scopes, secret_hash)
-        VALUES ('cli_old', 'cmp_old', 'test', 'old', '{}', 'x');
+    local db = database_before("partitions_migrate", "0029", [[
       INSERT INTO events (id, company_id, environment, client_id, type, data, created_at)
         VALUES ('evt_before', 'cmp_old', 'test', 'cli_old', 't', '{}', now() - interval '10 days');
       INSERT INTO webhook_deliveries (event_id, client_id, company_id, environment, attempt, url, outcome, duration_ms,
@@ -155,8 +166,7 @@ describe("partitioning an existing database", function()
       DELETE FROM meta_webhook_deliveries WHERE body = 'gone';]])
     local last_id = tonumber(stack.psql(db, "SELECT last_value FROM meta_webhook_deliveries_id_seq"))
 
-    local sgw = stack.start_sgw { name = "partitions-migrate", database_url = db,
-      set = { ["crypto.encryption_key"] = stack.ENCRYPTION_KEY } }
+    local sgw = start_on(db, "partitions-migrate")
     local ten_days_ago = stack.psql(db, "SELECT to_char((now() AT TIME ZONE 'UTC')::date - 10, 'YYYYMMDD')")
     assert.are.equal("events_p" .. ten_days_ago, stack.psql(db, "SELECT tableoid::regclass FROM events WHERE id = 'evt_before'"))
     assert.are.equal("webhook_deliveries_p" .. ten_days_ago,
@@ -173,11 +183,7 @@ describe("partitioning the comments of an existing database", function()
   teardown(function() stack.cleanup() end)
 
   it("keeps every comment, its audit and its changes, and the comment's identity stays unique", function()
-    -- A database as the previous version left it: migrations before 0028.
-    local db = stack.database_before("comments_migrate", "0028")
-    stack.psql(db, [[INSERT INTO companies (id, name) VALUES ('cmp_old', 'Old');
-      INSERT INTO api_clients (id, company_id, environment, name, scopes, secret_hash)
-        VALUES ('cli_old', 'cmp_old', 'test', 'old', '{}', 'x');
+    local db = database_before("comments_migrate", "0028", [[
       INSERT INTO social_accounts (id, company_id, environment, platform, platform_account_id, name)
         VALUES ('acc_old', 'cmp_old', 'test', 'facebook', 'page_1', 'Old Page');
       INSERT INTO posts (id, company_id, environment, client_id, status, content, publishing, operation_id)
@@ -196,8 +202,7 @@ describe("partitioning the comments of an existing database", function()
       INSERT INTO comment_changes (company_id, environment, comment_id, type, actor_type, comment)
         VALUES ('cmp_old', 'test', 'cmt_old', 'created', 'platform', '{"id": "cmt_old"}');]])
 
-    local sgw = stack.start_sgw { name = "comments-migrate", database_url = db,
-      set = { ["crypto.encryption_key"] = stack.ENCRYPTION_KEY } }
+    local sgw = start_on(db, "comments-migrate")
     assert.are.equal("comments", stack.psql(db,
       "SELECT inhparent::regclass FROM pg_inherits WHERE inhrelid = (SELECT tableoid FROM comments WHERE id = 'cmt_old')"))
     assert.are.equal("Still here|2026-01-02 03:04:05+00|cmp_old", stack.psql(db,
