@@ -128,8 +128,12 @@ describe("sandbox permalink pages", function()
 
   it("answers 404 with the same page for any other token, malformed or not", function()
     local bodies = {}
-    for _, token in ipairs({ string.rep("A", 32), page_url:match("(%w+)$"):sub(1, 31) .. "Z",
-      page_url:match("(%w+)$"):lower(), "x", fb_target.id, fb_target.platformPostId }) do
+    local real = page_url:match("(%w+)$")
+    -- One character off the real token; the replacement must differ from the real last
+    -- character, or a token ending in it would be the real address.
+    local one_off = real:sub(1, 31) .. (real:sub(32) == "Z" and "Y" or "Z")
+    for _, token in ipairs({ string.rep("A", 32), one_off,
+      real:lower(), "x", fb_target.id, fb_target.platformPostId }) do
       local status, html, headers = stack.request("GET", sgw.base_url .. "/sandbox/posts/" .. token)
       assert.are.equal(404, status, token)
       assert.are.equal("no-store", headers["cache-control"])
