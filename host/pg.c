@@ -15,11 +15,18 @@
  *
  * The connection may lead to PgBouncer in transaction pooling mode, where
  * consecutive transactions may run on different server connections. So
- * nothing is kept in the session: no SET, no named prepared statement, no
- * session advisory lock (migrate, which needs one, connects directly). The
- * settings a statement needs (time zone, statement_timeout) are sent as
- * transaction-local ones with every statement that starts a transaction, in
- * the same round trip (a libpq pipeline).
+ * nothing is kept in the session: no SET, no session advisory lock (migrate,
+ * which needs one, connects directly). The settings a statement needs (time
+ * zone, statement_timeout, custom plans) are sent as transaction-local ones
+ * with every statement that starts a transaction, in the same round trip (a
+ * libpq pipeline).
+ *
+ * The one exception: a coroutine's statements are prepared by name, once per
+ * connection (pgstmt.c; database.prepared_statements), which PgBouncer 1.21
+ * and later keeps track of. A server that says a statement is missing or
+ * already there (an older pooler) turns names off for the process, with a
+ * warning; that statement is tried once more unnamed when it was outside a
+ * transaction.
  *
  * A worker may also have a read replica (database.read_url) for the reads
  * Lua marks as lag-tolerant (db.read_query). Its lag is checked at most
@@ -35,6 +42,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,7 +61,8 @@
 /* Sent in the same round trip ahead of every statement that starts a
  * transaction: the settings hold for that transaction only. */
 #define TX_SETTINGS_SQL \
-    "SELECT set_config('TimeZone', 'UTC', true), set_config('statement_timeout', $1, true)"
+    "SELECT set_config('TimeZone', 'UTC', true), set_config('statement_timeout', $1, true), " \
+    "set_config('plan_cache_mode', 'force_custom_plan', true)"
 #define OID_BOOL    16
 #define OID_INT8    20
 #define OID_INT2    21
@@ -77,17 +86,31 @@ struct sgw_pg {
     /* A statement sent without waiting (a job coroutine's: pgpool.c drives
      * it with pg_async_step, the binding takes its answer). */
     int       async;             /* 1 from the send until the answer is taken */
-    int       async_pipeline;    /* sent behind the transaction settings */
+    int       async_pipeline;    /* the number of messages in a pipeline; 0: none */
     int       async_flush;       /* output still to flush */
     int       async_done;        /* the answer is complete (or the connection broke) */
     int       async_broken;      /* the connection must be dropped once the answer is read */
     int       async_nulls;       /* end-of-statement markers seen (pipeline) */
+    /* What each message of the pipeline is (PART_*), and what the server
+     * prepared; the statement's text to remember once it has. */
+    unsigned char async_part[4];
+    int       async_prepared;    /* bits: 1 the settings, 2 the statement */
+    int       async_named;       /* something was sent by name */
+    char     *async_sql;         /* the statement being prepared (owned) */
+    sgw_pgstmt *stmts;           /* prepared on this connection (owned) */
     int       connecting;        /* a connection started without waiting (connect_async) */
     PostgresPollingStatusType connect_wants;
     PGTransactionStatusType async_before;
-    PGresult *async_settings;
+    PGresult *async_settings;    /* the first failure before the statement */
     PGresult *async_result;
 };
+
+/* The messages of a pipeline. */
+enum { PART_PREPARE_SETTINGS, PART_SETTINGS, PART_PREPARE, PART_STATEMENT };
+
+/* Set once a server lost or refused a statement name: a pooler without
+ * prepared statement support is in front; names stay off for the process. */
+static _Atomic int names_refused;
 
 /* Why a statement did not succeed, in the shape Lua receives it. */
 typedef struct pg_failure {
@@ -158,7 +181,9 @@ static void async_clear(sgw_pg *pg) {
     PQclear(pg->async_result);
     pg->async_settings = pg->async_result = NULL;
     pg->async = pg->async_pipeline = pg->async_flush = pg->async_done = 0;
-    pg->async_broken = pg->async_nulls = 0;
+    pg->async_broken = pg->async_nulls = pg->async_prepared = pg->async_named = 0;
+    free(pg->async_sql);
+    pg->async_sql = NULL;
 }
 
 static void drop_connection(sgw_pg *pg) {
@@ -166,6 +191,7 @@ static void drop_connection(sgw_pg *pg) {
     pg->conn = NULL;
     pg->connecting = 0;
     async_clear(pg);
+    pgstmt_clear(pg->stmts);                 /* a new session has none */
 }
 
 static int ensure_connected(sgw_pg *pg, pg_failure *f) {
@@ -311,16 +337,49 @@ static int send_async(sgw_pg *pg, const char *sql, int n, const char *const *val
     async_clear(pg);
     pg->async_before = PQtransactionStatus(c);
     int ok = PQsetnonblocking(c, 1) == 0;
-    if (ok && !simple && pg->async_before == PQTRANS_IDLE && PQenterPipelineMode(c)) {
+    /* What goes: [prepare settings, settings,] [prepare,] the statement. */
+    int settings = !simple && pg->async_before == PQTRANS_IDLE;
+    int names = !simple && pg->stmts && !names_refused && config_bool("database.prepared_statements");
+    char settings_name[PGSTMT_NAME_LEN], name[PGSTMT_NAME_LEN];
+    int settings_how = names && settings ? pgstmt_lookup(pg->stmts, TX_SETTINGS_SQL, settings_name)
+                                         : PGSTMT_UNNAMED;
+    int how = names ? pgstmt_lookup(pg->stmts, sql, name) : PGSTMT_UNNAMED;
+    if (how == PGSTMT_TO_PREPARE && !(pg->async_sql = strdup(sql))) how = PGSTMT_UNNAMED;
+    int parts = 0;
+    if (settings) {
+        if (settings_how == PGSTMT_TO_PREPARE) pg->async_part[parts++] = PART_PREPARE_SETTINGS;
+        pg->async_part[parts++] = PART_SETTINGS;
+    }
+    if (how == PGSTMT_TO_PREPARE) pg->async_part[parts++] = PART_PREPARE;
+    pg->async_part[parts++] = PART_STATEMENT;
+    pg->async_named = how != PGSTMT_UNNAMED || settings_how != PGSTMT_UNNAMED;
+    if (ok && parts > 1 && PQenterPipelineMode(c)) {
         char timeout[32];
         long long ms = config_int("database.statement_timeout_ms");
         snprintf(timeout, sizeof timeout, "%lld", ms > 0 ? ms : 0);
         const char *const tv[1] = { timeout };
-        pg->async_pipeline = 1;
-        ok = PQsendQueryParams(c, TX_SETTINGS_SQL, 1, NULL, tv, NULL, NULL, 0) &&
-             PQsendQueryParams(c, sql, n, NULL, vals, NULL, NULL, 0) && PQpipelineSync(c);
+        pg->async_pipeline = parts;
+        for (int i = 0; ok && i < parts; i++) {
+            switch (pg->async_part[i]) {
+            case PART_PREPARE_SETTINGS: ok = PQsendPrepare(c, settings_name, TX_SETTINGS_SQL, 0, NULL); break;
+            case PART_SETTINGS:
+                ok = settings_how == PGSTMT_UNNAMED
+                         ? PQsendQueryParams(c, TX_SETTINGS_SQL, 1, NULL, tv, NULL, NULL, 0)
+                         : PQsendQueryPrepared(c, settings_name, 1, tv, NULL, NULL, 0);
+                break;
+            case PART_PREPARE: ok = PQsendPrepare(c, name, sql, 0, NULL); break;
+            default:
+                ok = how == PGSTMT_UNNAMED ? PQsendQueryParams(c, sql, n, NULL, vals, NULL, NULL, 0)
+                                           : PQsendQueryPrepared(c, name, n, vals, NULL, NULL, 0);
+            }
+        }
+        ok = ok && PQpipelineSync(c);
+    } else if (ok && parts > 1) {
+        ok = 0;
     } else if (ok) {
-        ok = simple ? PQsendQuery(c, sql) : PQsendQueryParams(c, sql, n, NULL, vals, NULL, NULL, 0);
+        ok = simple                    ? PQsendQuery(c, sql)
+             : how == PGSTMT_PREPARED ? PQsendQueryPrepared(c, name, n, vals, NULL, NULL, 0)
+                                       : PQsendQueryParams(c, sql, n, NULL, vals, NULL, NULL, 0);
     }
     int fl = ok ? PQflush(c) : -1;
     if (fl < 0) {
@@ -427,19 +486,29 @@ int pg_async_step(sgw_pg *pg, short revents) {
             continue;
         }
         if (!r) {
-            /* One NULL ends each statement's results; more than the two
-             * statements' would mean the pipeline is not what we sent. */
-            if (++pg->async_nulls > 2) goto broken;
+            /* One NULL ends each message's results; more than we sent
+             * would mean the pipeline is not what we sent. */
+            if (++pg->async_nulls > pg->async_pipeline) goto broken;
             continue;
         }
-        if (PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
+        ExecStatusType st = PQresultStatus(r);
+        if (st == PGRES_PIPELINE_SYNC) {
             PQclear(r);
             pg->async_done = 1;
             if (!PQexitPipelineMode(c)) pg->async_broken = 1;
             break;
         }
-        if (!pg->async_settings && pg->async_nulls == 0) pg->async_settings = r;
-        else if (!pg->async_result && pg->async_nulls == 1) pg->async_result = r;
+        if (pg->async_nulls >= pg->async_pipeline) goto broken;
+        int part = pg->async_part[pg->async_nulls];
+        if (part == PART_STATEMENT) {
+            if (!pg->async_result) pg->async_result = r;
+            else PQclear(r);
+            continue;
+        }
+        int fine = st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;
+        if (fine && part == PART_PREPARE_SETTINGS) pg->async_prepared |= 1;
+        if (fine && part == PART_PREPARE) pg->async_prepared |= 2;
+        if (!fine && !pg->async_settings) pg->async_settings = r;
         else PQclear(r);
     }
     if (pg->async_done && !pg->async_broken && PQsetnonblocking(c, 0) != 0) pg->async_broken = 1;
@@ -456,6 +525,12 @@ broken:
 static PGresult *async_take(sgw_pg *pg, pg_failure *f) {
     PGresult *r = pg->async_result, *settings = pg->async_settings;
     pg->async_result = pg->async_settings = NULL;
+    /* Prepared even when the statement then failed: the name stays. */
+    if (pg->async_prepared & 1) pgstmt_add(pg->stmts, TX_SETTINGS_SQL);
+    if ((pg->async_prepared & 2) && pg->async_sql) pgstmt_add(pg->stmts, pg->async_sql);
+    pg->async_prepared = 0;
+    free(pg->async_sql);
+    pg->async_sql = NULL;
     if (settings && PQresultStatus(settings) != PGRES_TUPLES_OK) {
         PQclear(r);                      /* the statement was skipped: say why */
         r = settings;
@@ -483,7 +558,10 @@ sgw_pg *pg_open(const char *conninfo) {
     sgw_pg *pg = calloc(1, sizeof *pg);
     if (!pg) return NULL;
     pg->conninfo = strdup(conninfo ? conninfo : "");
-    if (!pg->conninfo) {
+    pg->stmts = pgstmt_new();
+    if (!pg->conninfo || !pg->stmts) {
+        free(pg->conninfo);
+        pgstmt_free(pg->stmts);
         free(pg);
         return NULL;
     }
@@ -494,6 +572,7 @@ void pg_close(sgw_pg *pg) {
     if (!pg) return;
     drop_connection(pg);
     pg_close(pg->replica);
+    pgstmt_free(pg->stmts);
     free(pg->conninfo);
     free(pg);
 }
@@ -927,6 +1006,23 @@ static int yield_on(lua_State *L, sgw_pgpool *p, lua_KContext ctx, lua_KFunction
 static int db_async_send(lua_State *L, int status, lua_KContext ctx);
 static int raise_failure(lua_State *L, const pg_failure *f);
 
+/* A failure that says the session does not hold the statements we think it
+ * does. Missing or already there: a pooler that does not track prepared
+ * statements hands our transactions to other sessions, so names go off for
+ * the process. A stale plan (a table's columns changed under a prepared
+ * statement) needs only a new session. */
+static int name_lost(const pg_failure *f) {
+    if (strcmp(f->sqlstate, "26000") == 0 || strcmp(f->sqlstate, "42P05") == 0) {
+        if (!atomic_exchange(&names_refused, 1))
+            log_msg(LOG_WARN, "db_prepared_statements_off",
+                    "the database session did not hold a prepared statement (%s): statements go "
+                    "unnamed from now on. Behind PgBouncer before 1.21, or with its "
+                    "max_prepared_statements = 0, set database.prepared_statements = false", f->message);
+        return 1;
+    }
+    return strcmp(f->sqlstate, "0A000") == 0 && strstr(f->message, "cached plan must not change result type");
+}
+
 static int db_async_answer(lua_State *L, int status, lua_KContext ctx) {
     (void)status;
     sgw_pgpool *p = ctx_pool(L, ctx);
@@ -942,6 +1038,7 @@ static int db_async_answer(lua_State *L, int status, lua_KContext ctx) {
         return push_failure(L, &f);
     }
     int held = pgpool_held(p, L) != NULL;
+    int named = pg->async_named;
     PGTransactionStatusType before = pg->async_before;
     res_box *box = lua_newuserdatauv(L, sizeof *box, 0);
     box->res = NULL;
@@ -958,6 +1055,10 @@ static int db_async_answer(lua_State *L, int status, lua_KContext ctx) {
         PQclear(box->res);
         box->res = NULL;
     }
+    /* The session lost a name (or has a stale plan for it): a new session
+     * knows none, and the statement may be tried again on it (below). */
+    int lost = !box->res && named && name_lost(&f);
+    if (lost) pg_drop(pg);
     if (!held) pgpool_release(p, pg);
     if (!box->res && (ctx & ACTX_REPLICA) && replica_only_failure(f.sqlstate)) {
         /* The replica failed where the primary would not: the primary. */
@@ -969,7 +1070,8 @@ static int db_async_answer(lua_State *L, int status, lua_KContext ctx) {
         int broken = !pg->conn || PQstatus(pg->conn) == CONNECTION_BAD;
         if (broken && ACTX_ATTEMPT(ctx) == 0 && before == PQTRANS_IDLE && !held && pg->tx_depth == 0) {
             lua_pop(L, 1);
-            log_msg(LOG_INFO, "db_retry", "the database connection broke; reconnecting once");
+            log_msg(LOG_INFO, "db_retry", lost ? "the session lost a prepared statement; trying once on a new one"
+                                               : "the database connection broke; reconnecting once");
             return db_async_send(L, 0, ctx | ((lua_KContext)1 << 2));
         }
         return push_failure(L, &f);

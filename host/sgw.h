@@ -201,6 +201,25 @@ int     pg_async_fd(sgw_pg *pg, short *events);
 int     pg_async_step(sgw_pg *pg, short revents);
 void    pg_drop(sgw_pg *pg);                       /* closes the connection */
 
+/* ------------------------------------------------------------- pgstmt.c
+ * The statements a connection has prepared (named by a hash of their
+ * text), bounded; see the file's heading. */
+#define PGSTMT_MAX      256
+#define PGSTMT_NAME_LEN 24
+enum { PGSTMT_UNNAMED, PGSTMT_TO_PREPARE, PGSTMT_PREPARED };
+typedef struct sgw_pgstmt sgw_pgstmt;
+sgw_pgstmt *pgstmt_new(void);                      /* NULL when out of memory */
+void        pgstmt_free(sgw_pgstmt *s);
+void        pgstmt_clear(sgw_pgstmt *s);           /* a new session has none */
+int         pgstmt_count(const sgw_pgstmt *s);
+/* How to send sql: PGSTMT_PREPARED (by name), PGSTMT_TO_PREPARE (prepare it
+ * as name first, then pgstmt_add once the server has it) or PGSTMT_UNNAMED
+ * (the set is full, or another text has its hash). name is set unless
+ * PGSTMT_UNNAMED. */
+int         pgstmt_lookup(const sgw_pgstmt *s, const char *sql, char name[PGSTMT_NAME_LEN]);
+int         pgstmt_add(sgw_pgstmt *s, const char *sql);   /* 0 ok, -1 full or out of memory */
+void        pgstmt_name_for(const char *sql, char name[PGSTMT_NAME_LEN]);
+
 /* -------------------------------------------------------------- replica.c
  * Whether the read replica may serve lag-tolerant reads, measured by one
  * thread per process (serve). */

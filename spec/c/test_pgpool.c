@@ -5,7 +5,9 @@
  * runner's against the PostgreSQL named by SGW_TEST_DATABASE_URL: many
  * statements in flight on few connections, transactions that commit, roll
  * back and nest, a failed statement inside a transaction, a connection
- * broken while idle. Without the variable the second part skips.
+ * broken while idle, statements prepared by name (once per session, a
+ * bounded set, a stale plan, a session that lost them). Without the
+ * variable the second part skips.
  */
 #include "sgw.h"
 
@@ -182,19 +184,102 @@ static void kill_idle_backends(sgw_worker *w, PGconn *other) {
 static const char *setup_sql =
     "DROP TABLE IF EXISTS pgpool_t; CREATE TABLE pgpool_t (who text, n int)";
 
+/* A job worker with a pool of `size` connections and the db module. */
+static void worker_open(sgw_worker *w, int id, const char *url, int size) {
+    *w = (sgw_worker){ .id = id, .role = "job" };
+    w->pg = pg_open(url);
+    w->pgpool = pgpool_new(url, size, NCO, 5000);
+    w->L = luaL_newstate();
+    luaL_openlibs(w->L);
+    lua_register(w->L, "check", l_check);
+    lapi_db_open(w->L, w);
+}
+
+static void worker_close(sgw_worker *w) {
+    lua_close(w->L);
+    pgpool_free(w->pgpool);
+    pg_close(w->pg);
+}
+
+/* Runs one chunk on w's pool (see run_all). */
+static void run_one(sgw_worker *w, const char *chunk) {
+    const char *const one[1] = { chunk };
+    run_all(w, one, 1);
+}
+
+/* Statements prepared by name, once per session (pgstmt.c), on a pool of
+ * one connection so that every chunk meets the same session. The session
+ * itself says what it holds (pg_prepared_statements). */
+static void test_names(const char *url, PGconn *other) {
+    char err[256];
+    sgw_worker w;
+    worker_open(&w, 1, url, 1);
+    check(luaL_dostring(w.L,
+        "function held(like)\n"
+        "  return assert(db.query('SELECT count(*) AS n FROM pg_prepared_statements '\n"
+        "    .. 'WHERE starts_with(name, $2) AND statement LIKE $1', like, 'sgw_'))[1].n\n"
+        "end") == LUA_OK, "held() compiles", NULL);
+
+    run_one(&w,
+        "for i = 1, 3 do\n"
+        "  local r = db.query('SELECT $1::int AS n /* names-a */', i)\n"
+        "  check(r and r[1].n == i, 'a named statement answers each call with its own values')\n"
+        "end\n"
+        "check(held('%names-a%') == 1, 'prepared once for three calls: ' .. held('%names-a%'))\n"
+        "check(held('%plan_cache_mode%') == 1, 'the transaction settings are prepared too')\n"
+        "local r, e, state = db.query('SELECT * FROM no_such_table /* names-b */')\n"
+        "check(r == nil and state == '42P01', 'a text the server refuses keeps its SQLSTATE: ' .. tostring(state))\n"
+        "check(held('%names-b%') == 0, 'and is not remembered as prepared')\n");
+
+    /* The set is bounded: texts past PGSTMT_MAX go unnamed, and answer. */
+    char bounded[512];
+    snprintf(bounded, sizeof bounded,
+        "for i = 1, %d do\n"
+        "  local r = db.query('SELECT ' .. i .. ' AS n /* names-many */')\n"
+        "  check(r and r[1].n == i, 'every one of many texts answers')\n"
+        "end\n"
+        "local all = assert(db.query('SELECT count(*) AS n FROM pg_prepared_statements'))[1].n\n"
+        "check(all <= %d, 'at most PGSTMT_MAX prepared in the session: ' .. all)\n"
+        "check(held('%%names-many%%') >= %d, 'the first ones were prepared')\n",
+        PGSTMT_MAX + 40, PGSTMT_MAX, PGSTMT_MAX / 2);
+    run_one(&w, bounded);
+
+    /* A table's columns change under a prepared statement: the session is
+     * replaced and the statement answers with the new columns. */
+    PQclear(PQexec(other, "DROP TABLE IF EXISTS names_t; CREATE TABLE names_t (a int); "
+                          "INSERT INTO names_t VALUES (1)"));
+    run_one(&w, "local r = assert(db.query('SELECT * FROM names_t')) check(r[1].a == 1, 'before')");
+    PQclear(PQexec(other, "ALTER TABLE names_t ADD COLUMN b int DEFAULT 2"));
+    run_one(&w,
+        "local r, e = db.query('SELECT * FROM names_t')\n"
+        "check(r and r[1].a == 1 and r[1].b == 2, 'the new column after a stale plan: ' .. tostring(e))\n");
+    PQclear(PQexec(other, "DROP TABLE names_t"));
+
+    /* A pooler without prepared statements hands the next transaction to a
+     * session that lacks the name: that statement is tried again unnamed,
+     * and names stay off. DEALLOCATE ALL (sent unnamed) plays the pooler. */
+    run_one(&w, "check(db.query('SELECT 7 AS n /* names-c */')[1].n == 7, 'prepared')");
+    config_set("database.prepared_statements", "false", err, sizeof err);
+    run_one(&w, "assert(db.exec('DEALLOCATE ALL'))");
+    config_set("database.prepared_statements", "true", err, sizeof err);
+    run_one(&w,
+        "local r, e = db.query('SELECT 7 AS n /* names-c */')\n"
+        "check(r and r[1].n == 7, 'a lost name is tried again unnamed: ' .. tostring(e))\n"
+        "check(db.query('SELECT 8 AS n /* names-d */')[1].n == 8, 'a new text answers')\n"
+        "check(assert(db.query('SELECT count(*) AS n FROM pg_prepared_statements'))[1].n == 0,\n"
+        "      'and nothing is prepared any more')\n");
+
+    worker_close(&w);
+}
+
 static void test_on_database(const char *url) {
     PGconn *other = PQconnectdb(url);
     check(PQstatus(other) == CONNECTION_OK, "a second session", PQerrorMessage(other));
     PQclear(PQexec(other, "SET client_min_messages = warning"));
     PQclear(PQexec(other, setup_sql));
 
-    sgw_worker w = { .id = 0, .role = "job" };
-    w.pg = pg_open(url);
-    w.pgpool = pgpool_new(url, 2, NCO, 5000);
-    w.L = luaL_newstate();
-    luaL_openlibs(w.L);
-    lua_register(w.L, "check", l_check);
-    lapi_db_open(w.L, &w);
+    sgw_worker w;
+    worker_open(&w, 0, url, 2);
     luaL_dostring(w.L, "started, finished = 0, 0");
 
     /* Ten statements of 0.2 s on two connections: all are sent or waiting
@@ -276,11 +361,10 @@ static void test_on_database(const char *url) {
     };
     run_all(&w, begin_broken, 1);
 
+    test_names(url, other);                      /* last: it turns names off */
     PQclear(PQexec(other, "DROP TABLE pgpool_t"));
     PQfinish(other);
-    lua_close(w.L);
-    pgpool_free(w.pgpool);
-    pg_close(w.pg);
+    worker_close(&w);
 }
 
 int main(void) {
