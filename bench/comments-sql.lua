@@ -46,7 +46,8 @@ local config_values = fake_host.install({ ["meta.app_secret"] = "bench" })
 local TIMEOUT = tostring(config_values["database.statement_timeout_ms"] or 5000)
 
 -- host/pg.c and host/jobs.c, as they send them.
-local TX_SETTINGS_SQL = "SELECT set_config('TimeZone', 'UTC', true), set_config('statement_timeout', $1, true)"
+local TX_SETTINGS_SQL = "SELECT set_config('TimeZone', 'UTC', true), set_config('statement_timeout', $1, true), "
+  .. "set_config('plan_cache_mode', 'force_custom_plan', true)"
 local CLAIM_SQL = "UPDATE jobs SET attempts = attempts + 1, locked_by = $1, "
   .. "locked_until = now() + make_interval(secs => $2) "
   .. "WHERE id IN (SELECT id FROM jobs WHERE status = 'pending' "
