@@ -8,6 +8,12 @@
 -- not created: PostgreSQL refuses a partition that would take rows from the
 -- default one, and those rows are deleted row by row like before.
 --
+-- A table whose rows are kept forever (its kind's retention 0) gets no new
+-- days: nothing would ever drop them, and hundreds of day partitions a year
+-- would make every read that cannot prune by time plan over all of them. Its
+-- rows go to the default partition, one table as before partitioning; days
+-- made while a retention was set stay.
+--
 -- Creating or dropping a partition takes an exclusive lock on its table;
 -- waiting for it behind a long transaction would make every write queue
 -- behind that wait, so the wait is short and a partition that could not be
@@ -53,15 +59,16 @@ function M.near(column, n)
 end
 
 -- Creates the partitions of today and the next AHEAD_DAYS days that are
--- missing. Returns how many it created.
-function M.create_ahead()
+-- missing, except for the tables named in kept_forever ({name = true}).
+-- Returns how many it created.
+function M.create_ahead(kept_forever)
   local days = assert(db.query([[SELECT to_char(d, 'YYYYMMDD') AS day, to_char(d, 'YYYY-MM-DD') AS first,
       to_char(d + 1, 'YYYY-MM-DD') AS next
       FROM generate_series(0, $1) AS g, LATERAL (SELECT (now() AT TIME ZONE 'UTC')::date + g AS d) AS x]],
     M.AHEAD_DAYS))
   local wanted = {}
   for _, t in ipairs(M.TABLES) do
-    for _, d in ipairs(days) do
+    for _, d in ipairs(kept_forever and kept_forever[t.name] and {} or days) do
       wanted[#wanted + 1] = { table = t.name, name = t.name .. "_p" .. d.day, first = d.first, next = d.next }
     end
   end

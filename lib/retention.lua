@@ -20,7 +20,8 @@
 -- daily partitions (lib/partitions.lua): a day that ended that many days
 -- ago is dropped whole, unless it holds a row the kind keeps (an
 -- unprocessed delivery, an unnumbered change); such a day, and the default
--- partition, are then deleted row by row like the other kinds.
+-- partition, are then deleted row by row like the other kinds. A kind kept
+-- forever (0) gets no new day partitions (see lib/partitions.lua).
 local partitions = require "partitions"
 
 local M = {}
@@ -66,7 +67,13 @@ local KINDS = {
 -- of each kind. Returns {kind = rows deleted} and whether any batch was full
 -- (more are waiting).
 function M.run()
-  partitions.create_ahead()
+  local kept_forever = {}
+  for _, kind in ipairs(KINDS) do
+    if config.get("retention." .. kind.name .. "_days") == 0 then
+      for _, p in ipairs(kind.partitions or {}) do kept_forever[p.table] = true end
+    end
+  end
+  partitions.create_ahead(kept_forever)
   local batch = math.floor(config.get("retention.batch_size"))
   local deleted, more = {}, false
   for _, kind in ipairs(KINDS) do

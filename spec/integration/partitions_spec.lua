@@ -1,8 +1,8 @@
 -- Events, delivery attempts, Meta deliveries and comment changes in daily
 -- partitions (migrations/0029, lib/partitions.lua) and their retention
 -- (lib/retention.lua): days ahead exist, a day past retention is dropped
--- with its rows unless it holds what retention keeps, and rows of any time
--- are taken and deleted by age.
+-- with its rows unless it holds what retention keeps, a kind kept forever
+-- gets no new days, and rows of any time are taken and deleted by age.
 local stack = require "stack"
 local comment_stack = require "comment_stack"
 
@@ -133,6 +133,18 @@ describe("partitioned logs", function()
     assert.are.equal("default-future today", env.sql("SELECT string_agg(body, ' ' ORDER BY body) "
       .. "FROM meta_webhook_deliveries WHERE body IN ('default-old', 'default-future', 'today')"))
     assert.are.equal("evt_deffuture", env.sql("SELECT string_agg(id, ' ') FROM events WHERE id LIKE 'evt_def%'"))
+  end)
+
+  -- Last: it replaces the instance.
+  it("makes no new days for a kind kept forever, and keeps making the others'", function()
+    env.sgw:kill()
+    env.sgw = env.another({ ["retention.comment_changes_days"] = 0 })
+    local ahead = day(env, 3).compact
+    env.sql("DROP TABLE comment_changes_p" .. ahead .. ", events_p" .. ahead)
+    env.run_job("retention")
+    assert.is_true(exists("events_p" .. ahead), "a kind with a retention gets its day back")
+    assert.is_false(exists("comment_changes_p" .. ahead), "a kind kept forever gets no new day")
+    assert.is_true(exists("comment_changes_p" .. day(env, 0).compact), "days made before stay")
   end)
 end)
 
