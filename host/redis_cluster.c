@@ -17,9 +17,11 @@
  *
  * Two paths share the map and the reading of redirections: here, the
  * blocking one (calls that cannot yield, the subscriber, the admin
- * listener, the CLI), which waits out each hop on its thread; and a worker
- * loop's (redis_loop.c), which sends each hop without waiting. A map is one
- * worker's (or one thread's), never shared between threads.
+ * listener, the CLI), which waits out each hop and each reading of the map
+ * on its thread; and a worker loop's (redis_loop.c), which sends each hop
+ * and CLUSTER SLOTS without waiting and goes by the map as it is until the
+ * new one comes. A map is one worker's (or one thread's), never shared
+ * between threads.
  */
 #include "sgw.h"
 
@@ -269,10 +271,10 @@ static void refresh(sgw_cluster *c)
     }
 }
 
-static sgw_redis *node_for(sgw_cluster *c, int slot)
+/* The node of a slot by the map as it is (any node for -1 or an unknown
+ * slot: a redirection names the right one). */
+static sgw_redis *known_node(sgw_cluster *c, int slot)
 {
-    if (c->stale)
-        refresh(c);
     if (slot >= 0 && c->slot_node[slot] >= 0)
         return c->nodes[c->slot_node[slot]];
     if (c->nnodes == 0)
@@ -281,9 +283,40 @@ static sgw_redis *node_for(sgw_cluster *c, int slot)
     return c->nodes[c->next_any];
 }
 
-sgw_redis *redis_cluster_node_for(sgw_cluster *c, int slot)
+static sgw_redis *node_for(sgw_cluster *c, int slot)
 {
-    return node_for(c, slot);
+    if (c->stale)
+        refresh(c);
+    return known_node(c, slot);
+}
+
+sgw_redis *redis_cluster_node_known(sgw_cluster *c, int slot)
+{
+    return known_node(c, slot);
+}
+
+int redis_cluster_map_due(sgw_cluster *c)
+{
+    uint64_t now = mono_ms();
+    if (!c->stale || now - c->refreshed_ms < REFRESH_MIN_MS)
+        return 0;
+    c->refreshed_ms = now;
+    return 1;
+}
+
+sgw_redis *redis_cluster_nth_node(sgw_cluster *c, int k)
+{
+    if (k < 0 || k >= c->nnodes)
+        return NULL;
+    return c->nodes[(c->next_any + k) % c->nnodes];
+}
+
+int redis_cluster_apply_map(sgw_cluster *c, const redisReply *rep, sgw_redis *from)
+{
+    if (apply_slots(c, rep, redis_node_host(from)) != 0)
+        return -1;
+    c->stale = 0;
+    return 0;
 }
 
 /* "MOVED 3999 127.0.0.1:6381" / "ASK ...": the node named, or NULL. */

@@ -29,10 +29,11 @@
  *
  * The map is the worker's own (each worker opens its own sgw_redis, hence
  * its own sgw_cluster), read and changed only on the worker's thread, by the
- * loop and by the blocking path of calls that cannot yield: no lock. Reading
- * it (CLUSTER SLOTS) is the one thing that still blocks: it happens after a
- * MOVED or a lost node, at most every REFRESH_MIN_MS, and each node asked is
- * bounded by redis.timeout_ms (nodes in their back-off are skipped at once).
+ * loop and by the blocking path of calls that cannot yield: no lock. After a
+ * MOVED or a lost node (and at the start) the loop reads it again without
+ * waiting, at most every REFRESH_MIN_MS: CLUSTER SLOTS joins a node's line
+ * like any call, and its reply replaces the map when it comes. Calls sent
+ * meanwhile go by the map as it is, and a MOVED corrects any of them.
  */
 #include "sgw.h"
 
@@ -52,6 +53,7 @@ typedef struct waiter {
     size_t     cmdlen;
     int        slot;                /* cluster: the command's slot, -1 keyless */
     int        hops;                /* redirections and retries so far */
+    int        map;                 /* cluster: CLUSTER SLOTS, for the map */
 } waiter;
 
 /* One server's connection and the calls waiting on it. */
@@ -288,11 +290,32 @@ static conn *conn_to(sgw_redis_loop *rl, sgw_redis *node, const char **err) {
     return c;
 }
 
+/* Asks for the slot map when it is stale, without waiting: the first node
+ * in turn that can be reached gets CLUSTER SLOTS in its line, and its reply
+ * replaces the map (read_replies). */
+static void read_map(sgw_redis_loop *rl) {
+    static char slots_cmd[] = "*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n";
+    if (!redis_cluster_map_due(rl->cluster)) return;
+    sgw_redis *node;
+    for (int k = 0; (node = redis_cluster_nth_node(rl->cluster, k)); k++) {
+        const char *err;
+        conn *c = conn_to(rl, node, &err);
+        waiter w = { .slot = -1, .map = 1, .cmd = slots_cmd, .cmdlen = sizeof slots_cmd - 1 };
+        if (c && conn_push(c, w, 0, &err) == 0) {
+            c->line[(c->head + c->len - 1) % c->cap].cmd = NULL;     /* static, not owned */
+            return;
+        }
+    }
+}
+
 /* Sends a cluster command to `to`, or to the node of its slot when NULL.
  * 0: it waits there; -1 with *err: it is still the caller's. */
 static int route(sgw_redis_loop *rl, waiter w, sgw_redis *to, int asking, const char **err) {
     int chosen = to == NULL;
-    if (chosen) to = redis_cluster_node_for(rl->cluster, w.slot);
+    if (chosen) {
+        read_map(rl);
+        to = redis_cluster_node_known(rl->cluster, w.slot);
+    }
     for (int tries = 0; tries < 2; tries++) {
         if (!to) {
             *err = "redis cluster: no node known";
@@ -306,7 +329,8 @@ static int route(sgw_redis_loop *rl, waiter w, sgw_redis *to, int asking, const 
          * failed over. Read the map again and try the slot's node once
          * more (a keyless command: the next node); the same node: down. */
         redis_cluster_lost(rl->cluster);
-        sgw_redis *next = redis_cluster_node_for(rl->cluster, w.slot);
+        read_map(rl);
+        sgw_redis *next = redis_cluster_node_known(rl->cluster, w.slot);
         if (w.slot >= 0 && next == to) return -1;
         to = next;
     }
@@ -431,6 +455,11 @@ static int read_replies(sgw_redis_loop *rl, conn *c, void (*on_ready)(lua_State 
             return -1;
         }
         redis_node_ok(c->node);
+        if (w.map) {
+            redis_cluster_apply_map(rl->cluster, r, c->node);
+            freeReplyObject(r);
+            continue;
+        }
         if (w.cmd && w.co && redirected(rl, &w, r, on_ready, ud)) continue;
         redisFreeCommand(w.cmd);
         deliver(rl, w.co, r, NULL, on_ready, ud);

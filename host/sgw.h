@@ -313,9 +313,15 @@ struct redisReply *redis_cluster_command(sgw_cluster *c, int slot, int argc, con
                                          const size_t *lens, const char **err);
 struct redisContext *redis_cluster_take_context(sgw_cluster *c, const char **err);
 /* For redis_loop.c, which waits for the nodes without the thread. The node
- * of a slot (any node for -1); the map is read first when stale (blocking:
- * CLUSTER SLOTS, at most every REFRESH_MIN_MS). NULL: no node known. */
-sgw_redis *redis_cluster_node_for(sgw_cluster *c, int slot);
+ * of a slot by the map as it is (any node for -1). NULL: no node known. */
+sgw_redis *redis_cluster_node_known(sgw_cluster *c, int slot);
+/* 1 when the map is stale and was not read in the last REFRESH_MIN_MS:
+ * the caller sends CLUSTER SLOTS to redis_cluster_nth_node(c, 0), or the
+ * next ones while a node cannot be reached, and hands the reply to
+ * redis_cluster_apply_map (0: the map is fresh again). */
+int        redis_cluster_map_due(sgw_cluster *c);
+sgw_redis *redis_cluster_nth_node(sgw_cluster *c, int k);    /* NULL past the last */
+int        redis_cluster_apply_map(sgw_cluster *c, const struct redisReply *rep, sgw_redis *from);
 /* What a reply asks of its command: CLUSTER_FINAL (it is the answer),
  * CLUSTER_MOVED (map updated) or CLUSTER_ASK to *to, CLUSTER_RETRY later. */
 enum { CLUSTER_FINAL, CLUSTER_MOVED, CLUSTER_ASK, CLUSTER_RETRY };

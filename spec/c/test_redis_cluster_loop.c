@@ -4,8 +4,8 @@
  * redis_cluster.c's map), on a private cluster of three masters
  * (cluster_fixture.h): many calls in flight over all nodes at once; a call
  * that waits long (BLPOP) while the loop runs other coroutines; MOVED after
- * a slot moved; ASK while a slot migrates; NOSCRIPT on each node; a node
- * killed while calls wait on it. Skipped when redis-server cannot be run.
+ * a slot moved; ASK while a slot migrates; NOSCRIPT on each node; the map
+ * read again while calls go on; a node killed while calls wait on it. Skipped when redis-server cannot be run.
  */
 #include "sgw.h"
 #include "check.h"
@@ -13,6 +13,7 @@
 #include "loop_runner.h"
 #include "cluster_fixture.h"
 
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -202,6 +203,36 @@ static void test_cluster_loop(void)
     run_many(&w, "NOSCRIPT on each node", evals, 9);
     check(says(cluster_at(&cl, 1, "SCRIPT FLUSH"), "OK"), "node 1 flushed", NULL);
     run_many(&w, "NOSCRIPT on one node", evals, 9);
+
+    /* The map read again without holding the thread: the node that will be
+     * asked for it is paused, the map marked stale, and ten coroutines call
+     * another node meanwhile (by the map as it is). All are answered while
+     * CLUSTER SLOTS still waits in the paused node's line; read on the
+     * thread, it would have held every coroutine until the node answered. */
+    sgw_cluster *map = redis_cluster_of(w.redis);
+    redis_cluster_lost(map);
+    poll(NULL, 0, 150);              /* the map is read at most every 100 ms */
+    int asked = -1;
+    for (int i = 0; i < CLUSTER_NODES; i++)
+        if (redis_node_is(redis_cluster_nth_node(map, 0), "127.0.0.1", 9, cl.node[i].port))
+            asked = i;
+    check(asked >= 0, "the node to be asked for the map is one of the three", NULL);
+    if (asked >= 0) {
+        /* 3 s: far longer than ten calls take, shorter than redis.timeout_ms. */
+        check(says(cluster_at(&cl, asked, "CLIENT PAUSE 3000 ALL"), "OK"), "that node paused", NULL);
+        char other[64];
+        snprintf(other, sizeof other, "OTHER = TAG[%d]", (asked + 1) % CLUSTER_NODES + 1);
+        (void)luaL_dostring(w.L, other);
+        run_many(&w, "calls while the map is read",
+                 "local v, e = redis.call('INCR', K .. '{' .. OTHER .. '}map')\n"
+                 "check(math.type(v) == 'integer', 'answered by the other node', tostring(v or e))\n", 10);
+        check(redis_loop_in_flight(w.redis_loop), "CLUSTER SLOTS still waits on the paused node", NULL);
+        char drain[160];
+        snprintf(drain, sizeof drain, "check(redis.call('INCR', K .. '{' .. TAG[%d] .. '}map') >= 1, "
+                 "'the paused node answers once its pause is over')\n", asked + 1);
+        run_many(&w, "after the pause", drain, 1);
+        check(!redis_loop_in_flight(w.redis_loop), "and the map's reply came before it", NULL);
+    }
 
     /* A node killed while calls wait on it: node 0 is paused, so calls for
      * its slots wait; coroutine 6 works on node 2 meanwhile, then kills
