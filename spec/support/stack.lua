@@ -189,7 +189,20 @@ function M.services()
   return { database_url = db, redis_url = redis }
 end
 
+-- The databases this spec file created, dropped when it ends (the sentinel
+-- below), so that a developer's test PostgreSQL does not fill up with them.
+local created_databases = {}
+
+local function drop_created_databases()
+  local admin = M.services().database_url
+  for _, name in ipairs(created_databases) do
+    M.sh("psql " .. q(admin) .. " -X -q -c " .. q('DROP DATABASE IF EXISTS "' .. name .. '" WITH (FORCE)'))
+  end
+  created_databases = {}
+end
+
 --- Creates a new empty database on the test PostgreSQL; returns its URL.
+--- It is dropped when the spec file ends.
 function M.fresh_database(prefix)
   local admin = M.services().database_url
   local name = M.unique_name(prefix or "sgw")
@@ -198,6 +211,7 @@ function M.fresh_database(prefix)
   if code ~= 0 then
     error("could not create database " .. name .. ": " .. out, 2)
   end
+  created_databases[#created_databases + 1] = name
   return M.url_with_database(admin, name), name
 end
 
@@ -712,10 +726,11 @@ do
 end
 
 -- When busted drops this module (end of an insulated spec file) or exits,
--- stop whatever is still running.
+-- stop whatever is still running and drop the file's databases.
 M._sentinel = setmetatable({}, {
   __gc = function()
     pcall(M.cleanup)
+    pcall(drop_created_databases)
   end,
 })
 
