@@ -2,8 +2,9 @@
  * test_json.c — the host's jsonc.encode against lib/json.lua's Lua encoder:
  * thousands of random values with the OpenAPI document's shapes through both
  * (spec/support/json_differential.lua) must give the same bytes or the same
- * error; and the C side's own edges: its arguments, and a value larger than
- * the Lua state's memory ceiling refused without harm to the state.
+ * error; and the C side's own edges: its arguments, outputs of every size
+ * in turns, and a value larger than the Lua state's memory ceiling refused
+ * without harm to the state.
  */
 #include "sgw.h"
 #include "check.h"
@@ -128,8 +129,26 @@ static void test_memory_ceiling(void) {
     lua_close(L);
 }
 
+/* Outputs of every size in turns, from a few bytes to 2 MB (the output
+ * grows many times): each is whole, and a small one after a large one is not
+ * the large one's leftovers. */
+static void test_sizes(void) {
+    account a = { 0, (size_t)64 << 20 };
+    lua_State *L = new_state(&a);
+    expect(L, "outputs of every size, in turns, each whole",
+           "for _, n in ipairs({ 10, 5000, 300000, 20, 2000000, 100000, 3 }) do\n"
+           "  local s = jsonc.encode({ string.rep('a', n - 1) .. 'z' })\n"
+           "  if #s ~= n + 4 or s:sub(1, 3) ~= '[\"a' and n > 1 or s:sub(-3) ~= 'z\"]' then\n"
+           "    return 'wrong at ' .. n .. ': ' .. #s\n"
+           "  end\n"
+           "end\n"
+           "return 'ok'", 1, "ok");
+    lua_close(L);
+}
+
 int main(void) {
     test_differential();
+    test_sizes();
     test_arguments();
     test_memory_ceiling();
     printf("%d passed, %d failed\n", passed, failed);
