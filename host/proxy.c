@@ -143,12 +143,33 @@ static int node_addr(const char *s, size_t n, char *out, size_t outlen, int *fam
     return parse_addr(out, family, a);
 }
 
+/* The first c in [s, end) outside a quoted string, or NULL: a Forwarded
+ * value may be quoted (RFC 7239 4), and a quoted one may hold "," and ";"
+ * (and \-escaped quotes). */
+static const char *unquoted_chr(const char *s, const char *end, char c) {
+    int quoted = 0;
+    for (const char *p = s; p < end; p++) {
+        if (quoted && *p == '\\' && p + 1 < end) p++;
+        else if (*p == '"') quoted = !quoted;
+        else if (!quoted && *p == c) return p;
+    }
+    return NULL;
+}
+
+/* Where the Forwarded element that ends at end begins: after the last ","
+ * before it outside a quoted string. */
+static const char *element_start(const char *list, const char *end) {
+    const char *start = list, *comma;
+    while ((comma = unquoted_chr(start, end, ','))) start = comma + 1;
+    return start;
+}
+
 /* The for= value of one Forwarded element (";"-separated pairs), or NULL. */
 static const char *forwarded_for(const char *s, size_t n, size_t *vlen) {
     const char *end = s + n;
     while (s < end) {
         while (s < end && (*s == ' ' || *s == ';')) s++;
-        const char *pair_end = memchr(s, ';', (size_t)(end - s));
+        const char *pair_end = unquoted_chr(s, end, ';');
         if (!pair_end) pair_end = end;
         if (pair_end - s > 4 && strncasecmp(s, "for=", 4) == 0) {
             *vlen = (size_t)(pair_end - s - 4);
@@ -171,7 +192,10 @@ void proxy_client_addr(const char *peer, const char *xff, const char *forwarded,
     const char *end = list + strlen(list);
     while (end > list) {
         const char *start = end;
-        while (start > list && start[-1] != ',') start--;
+        if (is_xff)
+            while (start > list && start[-1] != ',') start--;
+        else
+            start = element_start(list, end);
         const char *v = start;
         size_t vn = (size_t)(end - start);
         if (!is_xff && !(v = forwarded_for(start, vn, &vn))) return;

@@ -253,6 +253,11 @@ static const client_case forwarded_cases[] = {
     { "10.0.0.1", NULL, "for=1.1.1.1,for=198.51.100.1;proto=http,for=\"[::1]:80\"", "198.51.100.1" },
     { "10.0.0.1", NULL, "for=10.0.0.3, for=10.0.0.2", "10.0.0.3" },
 
+    /* Quoted values may hold "," and ";": neither ends an element or a pair. */
+    { "10.0.0.1", NULL, "for=198.51.100.1;host=\"a,b\"", "198.51.100.1" },
+    { "10.0.0.1", NULL, "by=\"x;for=10.0.0.9\";for=198.51.100.1", "198.51.100.1" },
+    { "10.0.0.1", NULL, "for=1.1.1.1, for=198.51.100.1;ext=\"a\\\"b,for=10.0.0.9\", for=10.0.0.2", "198.51.100.1" },
+
     /* X-Forwarded-For wins when present. */
     { "10.0.0.1", "198.51.100.2", "for=198.51.100.1", "198.51.100.2" },
 
