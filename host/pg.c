@@ -330,6 +330,14 @@ static int run_cmd(sgw_pg *pg, const char *sql, pg_failure *f) {
  * Like exec_params, a statement that starts a transaction goes behind the
  * transaction settings in one pipeline. sql_only: a simple-protocol string
  * (no parameters), for the statements that end a transaction or savepoint. */
+/* One statement, by its name when the connection has it prepared (or is
+ * preparing it in the same pipeline), else with its text. */
+static int send_statement(PGconn *c, int how, const char *name, const char *sql, int n,
+                          const char *const *vals) {
+    return how == PGSTMT_UNNAMED ? PQsendQueryParams(c, sql, n, NULL, vals, NULL, NULL, 0)
+                                 : PQsendQueryPrepared(c, name, n, vals, NULL, NULL, 0);
+}
+
 static int send_async(sgw_pg *pg, const char *sql, int n, const char *const *vals, int simple,
                       pg_failure *f) {
     if (ensure_connected(pg, f)) return -1;
@@ -363,23 +371,17 @@ static int send_async(sgw_pg *pg, const char *sql, int n, const char *const *val
             switch (pg->async_part[i]) {
             case PART_PREPARE_SETTINGS: ok = PQsendPrepare(c, settings_name, TX_SETTINGS_SQL, 0, NULL); break;
             case PART_SETTINGS:
-                ok = settings_how == PGSTMT_UNNAMED
-                         ? PQsendQueryParams(c, TX_SETTINGS_SQL, 1, NULL, tv, NULL, NULL, 0)
-                         : PQsendQueryPrepared(c, settings_name, 1, tv, NULL, NULL, 0);
+                ok = send_statement(c, settings_how, settings_name, TX_SETTINGS_SQL, 1, tv);
                 break;
             case PART_PREPARE: ok = PQsendPrepare(c, name, sql, 0, NULL); break;
-            default:
-                ok = how == PGSTMT_UNNAMED ? PQsendQueryParams(c, sql, n, NULL, vals, NULL, NULL, 0)
-                                           : PQsendQueryPrepared(c, name, n, vals, NULL, NULL, 0);
+            default: ok = send_statement(c, how, name, sql, n, vals);
             }
         }
         ok = ok && PQpipelineSync(c);
     } else if (ok && parts > 1) {
         ok = 0;
     } else if (ok) {
-        ok = simple                    ? PQsendQuery(c, sql)
-             : how == PGSTMT_PREPARED ? PQsendQueryPrepared(c, name, n, vals, NULL, NULL, 0)
-                                       : PQsendQueryParams(c, sql, n, NULL, vals, NULL, NULL, 0);
+        ok = simple ? PQsendQuery(c, sql) : send_statement(c, how, name, sql, n, vals);
     }
     int fl = ok ? PQflush(c) : -1;
     if (fl < 0) {
