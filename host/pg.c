@@ -818,17 +818,27 @@ static void push_value(lua_State *L, Oid type, const char *v, int len) {
     }
 }
 
+/* The column names go on the stack once, below the rows, so that each cell
+ * is stored with a key already made rather than looked up by its C text. */
 static void push_rows(lua_State *L, PGresult *r) {
     int nrows = PQntuples(r), ncols = PQnfields(r);
+    luaL_checkstack(L, ncols + 4, "too many columns");
+    int names = lua_gettop(L);
+    for (int c = 0; c < ncols; c++) lua_pushstring(L, PQfname(r, c));
     lua_createtable(L, nrows, 1);
     for (int i = 0; i < nrows; i++) {
         lua_createtable(L, 0, ncols);
         for (int c = 0; c < ncols; c++) {
             if (PQgetisnull(r, i, c)) continue;
+            lua_pushvalue(L, names + 1 + c);
             push_value(L, PQftype(r, c), PQgetvalue(r, i, c), PQgetlength(r, i, c));
-            lua_setfield(L, -2, PQfname(r, c));
+            lua_rawset(L, -3);
         }
         lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+    if (ncols > 0) {
+        lua_replace(L, names + 1);
+        lua_settop(L, names + 1);
     }
     const char *affected = PQcmdTuples(r);
     if (*affected) {

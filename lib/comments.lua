@@ -12,15 +12,22 @@ local COLUMNS = { "id", "company_id", "environment", "post_target_id", "post_id"
   "platform_comment_id", "platform_post_id", "parent_platform_comment_id", "text", "author_platform_id",
   "author_name", "is_from_account", "is_hidden", "is_deleted", "like_count" }
 
-local function prefixed(prefix)
+-- What present reads: the columns of a listing, where nothing else is needed.
+local SHOWN = {}
+for _, c in ipairs(COLUMNS) do
+  if c ~= "company_id" and c ~= "environment" and c ~= "post_id" then SHOWN[#SHOWN + 1] = c end
+end
+
+local function prefixed(prefix, columns)
   local out = {}
-  for i, c in ipairs(COLUMNS) do out[i] = prefix .. c end
+  for i, c in ipairs(columns or COLUMNS) do out[i] = prefix .. c end
   return out
 end
 
--- The select list of a Comment row, columns prefixed (e.g. "c.").
-function M.select_list(prefix)
-  local out = prefixed(prefix)
+-- The select list of a Comment row, columns prefixed (e.g. "c."); with
+-- shown_only, just what present needs.
+function M.select_list(prefix, shown_only)
+  local out = prefixed(prefix, shown_only and SHOWN)
   out[#out + 1] = sqltime.iso(prefix .. "created_at", "created_at")
   out[#out + 1] = sqltime.iso(prefix .. "updated_at", "updated_at")
   return table.concat(out, ", ")
@@ -266,6 +273,13 @@ function M.read(client, id)
   return (reads.one(find_sql(), id, client.company_id, client.environment))
 end
 
+-- Qualified names: the output column created_at is the formatted text.
+local LIST_SQL = "SELECT " .. M.select_list("c.", true) .. ", " .. sqltime.exact("c.created_at", "position_t") .. [[
+      FROM comments c
+      WHERE c.post_id = $1 AND c.company_id = $2 AND c.environment = $3
+        AND ($4::timestamptz IS NULL OR (c.created_at, c.id) > ($4::timestamptz, $5))
+      ORDER BY c.created_at, c.id LIMIT $6]]
+
 -- One page of a post's comments, oldest first (created_at, id), after the
 -- position `after` ({t, id} from a cursor, or nil), or nil when the caller's
 -- company and environment have no such post. Returns rows and the position
@@ -274,12 +288,7 @@ end
 -- environment), so the post is looked up only for an empty page: most
 -- listings are one statement.
 function M.list(client, post_id, after, limit)
-  -- Qualified names: the output column created_at is the formatted text.
-  local rows = assert(db.read_query("SELECT " .. M.select_list("c.") .. ", " .. sqltime.exact("c.created_at", "position_t") .. [[
-      FROM comments c
-      WHERE c.post_id = $1 AND c.company_id = $2 AND c.environment = $3
-        AND ($4::timestamptz IS NULL OR (c.created_at, c.id) > ($4::timestamptz, $5))
-      ORDER BY c.created_at, c.id LIMIT $6]],
+  local rows = assert(db.read_query(LIST_SQL,
     post_id, client.company_id, client.environment, after and after.t, after and after.id, limit + 1))
   if not rows[1] and not posts.read(client, post_id) then return nil end
   local next_position
