@@ -1,8 +1,9 @@
--- Encode time of a Post list page of 100 posts (each with two targets):
--- plain cjson against lib/json.lua with the Post list shape from the OpenAPI
--- document, in Lua and in C (the host's jsonc.encode, host/json.c, loaded
--- from build/jsonc.so when it has been built). Median of several rounds. Run
--- from the repository root after building:
+-- Encode time of a Post list page of 100 posts (each with two targets) and
+-- of a comment listing's page of 50: plain cjson against lib/json.lua with
+-- the page's shape from the OpenAPI document, in Lua and in C (the host's
+-- jsonc.encode, host/json.c, loaded from build/jsonc.so when it has been
+-- built). Median of several rounds. Run from the repository root after
+-- building:
 --   lua5.4 bench/json-encode.lua
 package.path = "lib/?.lua;" .. package.path
 package.cpath = "build/?.so;" .. package.cpath
@@ -38,8 +39,17 @@ for i = 1, 100 do
   }
 end
 
-local shape = shapes.response({ method = "GET", path = "/api/v1/posts" }, 200)
-assert(shape, "no shape for GET /api/v1/posts 200")
+local comments = {}
+for i = 1, 50 do
+  comments[i] = {
+    id = ("cmt_%020d"):format(i), platform = "facebook", socialAccountId = "acc_0123456789abcdef",
+    postTargetId = "tgt_0123456789abcdef", platformCommentId = "1234567890_" .. i, platformPostId = "1234567890_55",
+    parentPlatformCommentId = cjson.null, text = "A comment of a few words, number " .. i,
+    author = { platformId = "9876543210" .. i, name = "Someone " .. i }, isFromAccount = false, isHidden = false,
+    isDeleted = false, likeCount = i, createdAt = "2026-11-21T10:00:00.000Z", updatedAt = "2026-11-21T10:00:01.000Z",
+  }
+end
+local comment_page = { data = json.array(comments), nextCursor = page.nextCursor }
 
 local function median(fn)
   local times = {}
@@ -52,15 +62,22 @@ local function median(fn)
   return times[8] * 1e6
 end
 
-local plain = median(function() return cjson.encode(page) end)
-local ordered = median(function() return json.encode_lua(page, shape) end)
-local line = string.format("100-post page, %d bytes: cjson %.0f us, ordered in Lua %.0f us (%.1fx)",
-  #json.encode_lua(page, shape), plain, ordered, ordered / plain)
-if have_c then
-  assert(json.encode(page, shape) == json.encode_lua(page, shape), "the C and Lua encoders differ")
-  local c = median(function() return json.encode(page, shape) end)
-  line = line .. string.format(", ordered in C %.0f us (%.1fx)", c, c / plain)
-else
-  line = line .. " (build/jsonc.so not built: no C figure)"
+local function measure(name, value, path)
+  local shape = shapes.response({ method = "GET", path = path }, 200)
+  assert(shape, "no shape for GET " .. path .. " 200")
+  local plain = median(function() return cjson.encode(value) end)
+  local ordered = median(function() return json.encode_lua(value, shape) end)
+  local line = string.format("%s, %d bytes: cjson %.0f us, ordered in Lua %.0f us (%.1fx)",
+    name, #json.encode_lua(value, shape), plain, ordered, ordered / plain)
+  if have_c then
+    assert(json.encode(value, shape) == json.encode_lua(value, shape), "the C and Lua encoders differ")
+    local c = median(function() return json.encode(value, shape) end)
+    line = line .. string.format(", ordered in C %.0f us (%.2fx)", c, c / plain)
+  else
+    line = line .. " (build/jsonc.so not built: no C figure)"
+  end
+  print(line)
 end
-print(line)
+
+measure("100-post page", page, "/api/v1/posts")
+measure("50-comment page", comment_page, "/api/v1/posts/{postId}/comments")

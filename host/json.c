@@ -17,6 +17,11 @@
  * Tables are read raw (no metamethods run), as cjson reads them. The output
  * grows in userdata the Lua state owns, so a raise half-way frees everything
  * with the garbage and the state's memory ceiling applies.
+ *
+ * A shape is read once, the first time an object is written with it, and
+ * what the walk needs is kept beside it (see "compiled shapes"): shapes do
+ * not change once made (lib/json.lua's shape()), and reading one anew for
+ * each object of a page cost more than writing the object.
  */
 #include "sgw.h"
 
@@ -30,8 +35,9 @@ enum { MAX_DEPTH = 1000 };
  * (userdata, replaced as they grow). */
 enum { ARG_VALUE = 1, ARG_SHAPE, ARG_EMPTY, SLOT_OUT, SLOT_KEYS };
 
-/* Upvalues of encode: the shape's field names. */
-enum { UP_KEYS = 1, UP_KNOWN, UP_PROPS, UP_ITEMS, UP_EXTRA, UP_VARIANTS };
+/* Upvalues of encode: the shape's field names, then the compiled shapes
+ * (a table with weak keys: shape -> compiled). */
+enum { UP_KEYS = 1, UP_KNOWN, UP_PROPS, UP_ITEMS, UP_EXTRA, UP_VARIANTS, UP_COMPILED };
 static const char *const shape_fields[] = { "keys", "known", "props", "items", "extra", "variants" };
 
 /* A key the shape does not name: its text (a string key's bytes, anchored by
@@ -49,6 +55,7 @@ typedef struct {
 
 typedef struct {
     lua_State *L;
+    int slot;     /* the stack slot of the output's userdata */
     char *out;
     size_t n, cap;
     xkey *keys;
@@ -83,7 +90,7 @@ static void *grow(lua_State *L, int slot, void *old, size_t used, size_t *cap, s
 static inline void reserve(enc *e, size_t more) {
     if (e->cap - e->n < more) {
         if (more > ((size_t)-1) - e->n) fail(e->L, "not enough memory");
-        e->out = grow(e->L, SLOT_OUT, e->out, e->n, &e->cap, e->n + more);
+        e->out = grow(e->L, e->slot, e->out, e->n, &e->cap, e->n + more);
     }
 }
 
@@ -203,6 +210,116 @@ static int pick_variant(lua_State *L, int t, int variants) {
     }
     lua_pop(L, 1);   /* the nil that ended the list */
     return lua_type(L, best) == LUA_TTABLE ? best : 0;
+}
+
+/* --------------------------------------------------------- compiled shapes
+ *
+ * What writing an object with a shape needs, read from the shape's table
+ * once: each key's text as written (`"key":`), whether the key has a shape
+ * of its own, and whether the shape has known, extra and variants. The Lua
+ * values stay in the compiled shape's user value, a sequence: the keys
+ * (1..nkeys), their shapes or false (nkeys + 1..2 nkeys), then the slots
+ * below; the texts are one Lua string there too. */
+enum { CS_KNOWN = 1, CS_EXTRA, CS_VARIANTS, CS_TEXTS };
+
+typedef struct {
+    uint32_t off, len;   /* the key's text in texts */
+    int sub;             /* it has a shape of its own */
+} ckey;
+
+typedef struct {
+    lua_Integer nkeys;       /* the keys before the first that is not a string */
+    int has_keys, bad_key;   /* a keys list; a key that is not a string ends it */
+    int known, extra, variants;
+    const char *texts;       /* anchored in the user value */
+    ckey key[];
+} cshape;
+
+/* Pushes the value of a compiled shape's slot (CS_*) or key shape (i). */
+static int cs_get(lua_State *L, int uv, const cshape *cs, lua_Integer slot) {
+    lua_rawgeti(L, uv, 2 * cs->nkeys + slot);
+    return lua_gettop(L);
+}
+
+/* Reads shape (a table) into a compiled shape, remembers it, and leaves it
+ * and its user value on the stack; *uv is the user value's index. */
+static cshape *compile(enc *e, int shape, int *uv) {
+    lua_State *L = e->L;
+    int keys = field(L, shape, UP_KEYS);
+    lua_Integer n = 0, listed = keys ? (lua_Integer)lua_rawlen(L, keys) : 0;
+    while (n < listed && lua_rawgeti(L, keys, n + 1) == LUA_TSTRING) {
+        lua_pop(L, 1);
+        n++;
+    }
+    int bad_key = n < listed;
+    if (bad_key) lua_pop(L, 1);
+    if ((size_t)n > (((size_t)-1) - sizeof(cshape)) / sizeof(ckey)) fail(L, "not enough memory");
+    cshape *cs = lua_newuserdatauv(L, sizeof(cshape) + (size_t)n * sizeof(ckey), 1);
+    int ud = lua_gettop(L);
+    memset(cs, 0, sizeof *cs);
+    cs->nkeys = n;
+    cs->has_keys = keys != 0;
+    cs->bad_key = bad_key;
+    lua_createtable(L, (int)(2 * n + CS_TEXTS), 0);
+    int t = lua_gettop(L);
+    int props = field(L, shape, UP_PROPS);
+    lua_pushnil(L);
+    enc texts = { .L = L, .slot = lua_gettop(L) };
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_rawgeti(L, keys, i);
+        size_t len;
+        const char *s = lua_tolstring(L, -1, &len);
+        ckey *k = &cs->key[i - 1];
+        k->off = (uint32_t)texts.n;
+        put_string(&texts, s, len);
+        put_char(&texts, ':');
+        if (texts.n > UINT32_MAX) fail(L, "not enough memory");
+        k->len = (uint32_t)(texts.n - k->off);
+        k->sub = 0;
+        if (props) {
+            lua_pushvalue(L, -1);
+            k->sub = lua_rawget(L, props) == LUA_TTABLE;
+            if (k->sub) lua_rawseti(L, t, n + i);
+            else lua_pop(L, 1);
+        }
+        lua_rawseti(L, t, i);
+    }
+    lua_pushlstring(L, texts.n ? texts.out : "", texts.n);
+    cs->texts = lua_tostring(L, -1);
+    lua_rawseti(L, t, 2 * n + CS_TEXTS);
+    static const struct { int up, slot; size_t at; } kept[] = {
+        { UP_KNOWN, CS_KNOWN, offsetof(cshape, known) },
+        { UP_EXTRA, CS_EXTRA, offsetof(cshape, extra) },
+        { UP_VARIANTS, CS_VARIANTS, offsetof(cshape, variants) },
+    };
+    for (size_t i = 0; i < sizeof kept / sizeof *kept; i++) {
+        int v = field(L, shape, kept[i].up);
+        *(int *)((char *)cs + kept[i].at) = v != 0;
+        if (v) lua_rawseti(L, t, 2 * n + kept[i].slot);
+    }
+    lua_settop(L, t);
+    lua_pushvalue(L, t);
+    lua_setiuservalue(L, ud, 1);
+    lua_pushvalue(L, shape);
+    lua_pushvalue(L, ud);
+    lua_rawset(L, lua_upvalueindex(UP_COMPILED));
+    *uv = t;
+    return cs;
+}
+
+/* The compiled shape of shape (made the first time), its user value pushed
+ * at *uv. It lives as long as shape, which the caller holds. */
+static cshape *compiled(enc *e, int shape, int *uv) {
+    lua_State *L = e->L;
+    lua_pushvalue(L, shape);
+    if (lua_rawget(L, lua_upvalueindex(UP_COMPILED)) != LUA_TUSERDATA) {
+        lua_pop(L, 1);
+        return compile(e, shape, uv);
+    }
+    cshape *cs = lua_touserdata(L, -1);
+    lua_getiuservalue(L, -1, 1);
+    *uv = lua_gettop(L);
+    return cs;
 }
 
 /* ------------------------------------------------------------------ objects */
@@ -330,10 +447,14 @@ static void put_array(enc *e, int t, lua_Integer len, int shape, int depth) {
 static void encode_table(enc *e, int t, int shape, int depth) {
     lua_State *L = e->L;
     if (depth > MAX_DEPTH) fail(L, "Cannot serialise, excessive nesting (1000)");
-    luaL_checkstack(L, 24, "JSON nesting");
+    luaL_checkstack(L, 32, "JSON nesting");
     int top = lua_gettop(L);
-    int variants = field(L, shape, UP_VARIANTS);
-    if (variants) shape = pick_variant(L, t, variants);
+    int uv = 0;
+    cshape *cs = shape ? compiled(e, shape, &uv) : NULL;
+    if (cs && cs->variants) {
+        shape = pick_variant(L, t, cs_get(L, uv, cs, CS_VARIANTS));
+        cs = shape ? compiled(e, shape, &uv) : NULL;
+    }
 
     /* An array has positive integer keys only. */
     lua_Integer count = 0, max = 0;
@@ -361,40 +482,35 @@ static void encode_table(enc *e, int t, int shape, int depth) {
     /* With a shape, the keys it does not name are gathered only when the
      * object has more keys than the shape's present: usually it has not. */
     size_t base = e->nkeys, total = 0, named = 0;
-    int known = field(L, shape, UP_KNOWN), keys = field(L, shape, UP_KEYS);
+    int known = cs && cs->known ? cs_get(L, uv, cs, CS_KNOWN) : 0, keys = cs && cs->has_keys;
     if (known && keys) total = count_keys(L, t);
     else gather_extra(e, t, known);
     put_char(e, '{');
     int first = 1;
     if (keys) {
-        int props = field(L, shape, UP_PROPS);
-        lua_Integer n = (lua_Integer)lua_rawlen(L, keys);
-        for (lua_Integer i = 1; i <= n; i++) {
+        for (lua_Integer i = 1; i <= cs->nkeys; i++) {
             int mark = lua_gettop(L);
-            if (lua_rawgeti(L, keys, i) != LUA_TSTRING) fail(L, "a shape's keys must be strings");
-            int k = lua_gettop(L);
-            lua_pushvalue(L, k);
+            lua_rawgeti(L, uv, i);
             if (lua_rawget(L, t) != LUA_TNIL) {
                 int v = lua_gettop(L);
+                const ckey *k = &cs->key[i - 1];
                 named++;
-                size_t len;
-                const char *s = lua_tolstring(L, k, &len);
                 if (!first) put_char(e, ',');
                 first = 0;
-                put_string(e, s, len);
-                put_char(e, ':');
+                put(e, cs->texts + k->off, k->len);
                 int sub = 0;
-                if (props) {
-                    lua_pushvalue(L, k);
-                    if (lua_rawget(L, props) == LUA_TTABLE) sub = lua_gettop(L);
+                if (k->sub) {
+                    lua_rawgeti(L, uv, cs->nkeys + i);
+                    sub = lua_gettop(L);
                 }
                 encode_value(e, v, sub, depth);
             }
             lua_settop(L, mark);
         }
+        if (cs->bad_key) fail(L, "a shape's keys must be strings");
     }
     if (known && keys && named < total) gather_extra(e, t, known);
-    if (e->nkeys > base) put_extra(e, t, base, field(L, shape, UP_EXTRA), &first, depth);
+    if (e->nkeys > base) put_extra(e, t, base, cs && cs->extra ? cs_get(L, uv, cs, CS_EXTRA) : 0, &first, depth);
     put_char(e, '}');
     e->nkeys = base;
     lua_settop(L, top);
@@ -443,7 +559,7 @@ static int l_encode(lua_State *L) {
     int shape = 0;
     if (lua_type(L, ARG_SHAPE) == LUA_TTABLE) shape = ARG_SHAPE;
     else if (lua_toboolean(L, ARG_SHAPE)) luaL_typeerror(L, ARG_SHAPE, "table or nil");
-    enc e = { .L = L };
+    enc e = { .L = L, .slot = SLOT_OUT };
     e.empty = luaL_optlstring(L, ARG_EMPTY, NULL, &e.empty_len);
     lua_pushnil(L);   /* SLOT_OUT */
     lua_pushnil(L);   /* SLOT_KEYS */
@@ -456,7 +572,12 @@ int luaopen_jsonc(lua_State *L) {
     lua_createtable(L, 0, 1);
     for (size_t i = 0; i < sizeof shape_fields / sizeof *shape_fields; i++)
         lua_pushstring(L, shape_fields[i]);
-    lua_pushcclosure(L, l_encode, (int)(sizeof shape_fields / sizeof *shape_fields));
+    lua_newtable(L);                       /* UP_COMPILED, weak keys */
+    lua_createtable(L, 0, 1);
+    lua_pushliteral(L, "k");
+    lua_setfield(L, -2, "__mode");
+    lua_setmetatable(L, -2);
+    lua_pushcclosure(L, l_encode, (int)(sizeof shape_fields / sizeof *shape_fields) + 1);
     lua_setfield(L, -2, "encode");
     return 1;
 }

@@ -3,8 +3,8 @@
  * thousands of random values with the OpenAPI document's shapes through both
  * (spec/support/json_differential.lua) must give the same bytes or the same
  * error; and the C side's own edges: its arguments, outputs of every size
- * in turns, and a value larger than the Lua state's memory ceiling refused
- * without harm to the state.
+ * in turns, a value larger than the Lua state's memory ceiling refused
+ * without harm to the state, and shapes read once and forgotten with them.
  */
 #include "sgw.h"
 #include "check.h"
@@ -146,8 +146,48 @@ static void test_sizes(void) {
     lua_close(L);
 }
 
+/* A shape is read the first time an object is written with it and kept
+ * beside it: the same shape again writes the same bytes, a shape that holds
+ * itself works, a key that is not a string is refused where the Lua encoder
+ * refuses it (after the keys before it, only for objects), and shapes no
+ * longer used go with the garbage. */
+static void test_shapes_once(void) {
+    account a = { 0, (size_t)64 << 20 };
+    lua_State *L = new_state(&a);
+    expect(L, "the same shape for many objects and calls",
+           "local s = { keys = { 'b', 'a' }, known = { a = true, b = true } }\n"
+           "local out = {}\n"
+           "for i = 1, 3 do out[i] = jsonc.encode({ { a = i, b = 'x' }, { a = 0, c = true } }, { items = s }) end\n"
+           "return table.concat(out, ' ')", 1,
+           "[{\"b\":\"x\",\"a\":1},{\"a\":0,\"c\":true}] [{\"b\":\"x\",\"a\":2},{\"a\":0,\"c\":true}]"
+           " [{\"b\":\"x\",\"a\":3},{\"a\":0,\"c\":true}]");
+    expect(L, "a shape that holds itself (replies of replies)",
+           "local s = { keys = { 'text', 'replies' }, known = { text = true, replies = true }, props = {} }\n"
+           "s.props.replies = { items = s }\n"
+           "return jsonc.encode({ replies = { { replies = { { text = 'c' } }, text = 'b' } }, text = 'a' }, s)", 1,
+           "{\"text\":\"a\",\"replies\":[{\"text\":\"b\",\"replies\":[{\"text\":\"c\"}]}]}");
+    expect(L, "keys escaped as the values are", "return jsonc.encode({ ['a\"b'] = 1 }, { keys = { 'a\"b' }, known = { ['a\"b'] = true } })",
+           1,
+           "{\"a\\\"b\":1}");
+    expect(L, "a key that is not a string, after one that is",
+           "return jsonc.encode({ a = 1 }, { keys = { 'a', 2, 'b' } })", 0, "a shape's keys must be strings");
+    expect(L, "an array is written with such a shape", "return jsonc.encode({ 1, 2 }, { keys = { 'a', 2 } })", 1,
+           "[1,2]");
+    expect(L, "a value that cannot be written, before the bad key, says so first",
+           "return jsonc.encode({ a = print }, { keys = { 'a', 2 } })", 0, "Cannot serialise function");
+    expect(L, "10,000 shapes used once each are collected",
+           "collectgarbage(); collectgarbage()\n"
+           "local before = collectgarbage('count')\n"
+           "for i = 1, 10000 do jsonc.encode({ ['k' .. i] = i }, { keys = { 'k' .. i, 'x' .. i } }) end\n"
+           "collectgarbage(); collectgarbage()\n"
+           "local grown = collectgarbage('count') - before\n"
+           "return grown < 256 and 'ok' or ('grew by ' .. grown .. ' KB')", 1, "ok");
+    lua_close(L);
+}
+
 int main(void) {
     test_differential();
+    test_shapes_once();
     test_sizes();
     test_arguments();
     test_memory_ceiling();
