@@ -757,8 +757,10 @@ static void wait_events(http_worker *hw, int more_queued) {
     } else if (poll(fds, 1, -1) < 0 && errno != EINTR) {
         log_msg(LOG_ERROR, "worker_wait", "worker %d: poll failed: %s", hw->w.id, strerror(errno));
     }
+    /* Read only a wake-up the wait saw: most turns end on an answer, and a
+     * wake-up not seen yet keeps the descriptor readable for the next one. */
     uint64_t v;
-    if (read(hw->efd, &v, sizeof v) < 0 && errno != EAGAIN)
+    if ((fds[0].revents & POLLIN) && read(hw->efd, &v, sizeof v) < 0 && errno != EAGAIN)
         log_msg(LOG_WARN, "worker_wait", "worker %d: reading its wake-up failed: %s", hw->w.id, strerror(errno));
 }
 
