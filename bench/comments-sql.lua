@@ -47,7 +47,11 @@ local TIMEOUT = tostring(config_values["database.statement_timeout_ms"] or 5000)
 
 -- host/pg.c and host/jobs.c, as they send them.
 local TX_SETTINGS_SQL = "SELECT set_config('TimeZone', 'UTC', true), set_config('statement_timeout', $1, true), "
-  .. "set_config('plan_cache_mode', 'force_custom_plan', true)"
+  .. "set_config('plan_cache_mode', $2, true)"
+-- The plan mode of a statement: one plan per connection when marked.
+local function plan_mode(sql)
+  return sql:find("^/%* generic plan %*/") and "force_generic_plan" or "force_custom_plan"
+end
 local CLAIM_SQL = "UPDATE jobs SET attempts = attempts + 1, locked_by = $1, "
   .. "locked_until = now() + make_interval(secs => $2) "
   .. "WHERE id IN (SELECT id FROM jobs WHERE status = 'pending' "
@@ -135,8 +139,8 @@ end
 -- are bound (so that it knows the templates).
 local function script(head)
   local lines = {}
-  local settings = bind(TX_SETTINGS_SQL, { TIMEOUT })
   for _, s in ipairs(steps) do
+    local settings = bind(TX_SETTINGS_SQL, { TIMEOUT, plan_mode(s.sql) })
     local sql = bind(s.sql, s.params)
     if s.round == "pipeline" and not s.gset then
       lines[#lines + 1] = "\\startpipeline\n" .. settings .. ";\n" .. sql .. ";\n\\endpipeline"

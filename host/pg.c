@@ -59,10 +59,23 @@
 #define MIGRATE_LOCK_KEY      8315746273955768178LL
 #define RESULT_MT             "sgw.pg.result"
 /* Sent in the same round trip ahead of every statement that starts a
- * transaction: the settings hold for that transaction only. */
+ * transaction: the settings hold for that transaction only. $2 is the plan
+ * mode of the statement it comes with (see PLAN_MODE_SQL). */
 #define TX_SETTINGS_SQL \
     "SELECT set_config('TimeZone', 'UTC', true), set_config('statement_timeout', $1, true), " \
-    "set_config('plan_cache_mode', 'force_custom_plan', true)"
+    "set_config('plan_cache_mode', $2, true)"
+/* A statement prepared by name is planned with its values at every call
+ * (custom), so that `($n IS NULL OR ...)` filters and partition pruning
+ * plan as for that call; one whose text begins with GENERIC_PLAN_MARK (Lua
+ * writes it where a statement's plan cannot depend on its values) keeps one
+ * plan per connection, which spares PostgreSQL planning it again: for a
+ * statement of a few joins that is most of its cost. Inside a transaction
+ * the mode changes, when the next statement wants the other one, by this
+ * statement in the same pipeline. */
+#define PLAN_MODE_SQL      "SELECT set_config('plan_cache_mode', $1, true)"
+#define PLAN_CUSTOM        "force_custom_plan"
+#define PLAN_GENERIC       "force_generic_plan"
+#define GENERIC_PLAN_MARK  "/* generic plan */"
 #define OID_BOOL    16
 #define OID_INT8    20
 #define OID_INT2    21
@@ -94,6 +107,7 @@ struct sgw_pg {
     /* What each message of the pipeline is (PART_*), and what the server
      * prepared; the statement's text to remember once it has. */
     unsigned char async_part[4];
+    int       plan_generic;      /* the transaction's plan mode: 1 generic, 0 custom, -1 not known */
     int       async_prepared;    /* bits: 1 the settings, 2 the statement */
     int       async_named;       /* something was sent by name */
     char     *async_sql;         /* the statement being prepared (owned) */
@@ -106,7 +120,7 @@ struct sgw_pg {
 };
 
 /* The messages of a pipeline. */
-enum { PART_PREPARE_SETTINGS, PART_SETTINGS, PART_PREPARE, PART_STATEMENT };
+enum { PART_PREPARE_SETTINGS, PART_SETTINGS, PART_PLAN_MODE, PART_PREPARE, PART_STATEMENT };
 
 /* Set once a server lost or refused a statement name: a pooler without
  * prepared statement support is in front; names stay off for the process. */
@@ -255,10 +269,10 @@ static PGresult *exec_params(sgw_pg *pg, const char *sql, int n, const char *con
     char timeout[32];
     long long ms = config_int("database.statement_timeout_ms");
     snprintf(timeout, sizeof timeout, "%lld", ms > 0 ? ms : 0);
-    const char *const tv[1] = { timeout };
+    const char *const tv[2] = { timeout, PLAN_CUSTOM };   /* unnamed: planned each call anyway */
     PGresult *settings = NULL, *r = NULL;
     int synced = 0;
-    if (PQsendQueryParams(c, TX_SETTINGS_SQL, 1, NULL, tv, NULL, NULL, 0) &&
+    if (PQsendQueryParams(c, TX_SETTINGS_SQL, 2, NULL, tv, NULL, NULL, 0) &&
         PQsendQueryParams(c, sql, n, NULL, vals, NULL, NULL, 0) && PQpipelineSync(c)) {
         settings = pipeline_result(c);
         r = pipeline_result(c);
@@ -353,11 +367,20 @@ static int send_async(sgw_pg *pg, const char *sql, int n, const char *const *val
                                          : PGSTMT_UNNAMED;
     int how = names ? pgstmt_lookup(pg->stmts, sql, name) : PGSTMT_UNNAMED;
     if (how == PGSTMT_TO_PREPARE && !(pg->async_sql = strdup(sql))) how = PGSTMT_UNNAMED;
+    /* Only a named statement keeps a plan; an unnamed one is planned anew. */
+    int generic = how != PGSTMT_UNNAMED && strncmp(sql, GENERIC_PLAN_MARK, sizeof GENERIC_PLAN_MARK - 1) == 0;
     int parts = 0;
     if (settings) {
         if (settings_how == PGSTMT_TO_PREPARE) pg->async_part[parts++] = PART_PREPARE_SETTINGS;
         pg->async_part[parts++] = PART_SETTINGS;
+        pg->plan_generic = generic;
+    } else if (simple) {
+        pg->plan_generic = -1;   /* ROLLBACK TO SAVEPOINT may undo a change of mode */
+    } else if (generic != pg->plan_generic) {
+        pg->async_part[parts++] = PART_PLAN_MODE;
+        pg->plan_generic = generic;
     }
+    const char *const mode[1] = { generic ? PLAN_GENERIC : PLAN_CUSTOM };
     if (how == PGSTMT_TO_PREPARE) pg->async_part[parts++] = PART_PREPARE;
     pg->async_part[parts++] = PART_STATEMENT;
     pg->async_named = how != PGSTMT_UNNAMED || settings_how != PGSTMT_UNNAMED;
@@ -365,14 +388,15 @@ static int send_async(sgw_pg *pg, const char *sql, int n, const char *const *val
         char timeout[32];
         long long ms = config_int("database.statement_timeout_ms");
         snprintf(timeout, sizeof timeout, "%lld", ms > 0 ? ms : 0);
-        const char *const tv[1] = { timeout };
+        const char *const tv[2] = { timeout, mode[0] };
         pg->async_pipeline = parts;
         for (int i = 0; ok && i < parts; i++) {
             switch (pg->async_part[i]) {
             case PART_PREPARE_SETTINGS: ok = PQsendPrepare(c, settings_name, TX_SETTINGS_SQL, 0, NULL); break;
             case PART_SETTINGS:
-                ok = send_statement(c, settings_how, settings_name, TX_SETTINGS_SQL, 1, tv);
+                ok = send_statement(c, settings_how, settings_name, TX_SETTINGS_SQL, 2, tv);
                 break;
+            case PART_PLAN_MODE: ok = PQsendQueryParams(c, PLAN_MODE_SQL, 1, NULL, mode, NULL, NULL, 0); break;
             case PART_PREPARE: ok = PQsendPrepare(c, name, sql, 0, NULL); break;
             default: ok = send_statement(c, how, name, sql, n, vals);
             }

@@ -19,7 +19,8 @@ function M.create(client, type, resource_type, resource_id, id, opts)
 end
 
 function M.set_running(id)
-  assert(db.exec("UPDATE operations SET status = 'running', updated_at = now() WHERE id = $1 AND status = 'queued'", id))
+  assert(db.exec([[/* generic plan */ UPDATE operations SET status = 'running', updated_at = now()
+      WHERE id = $1 AND status = 'queued']], id))
 end
 
 -- The result so far of an operation that is not over (a bulk action's items).
@@ -28,7 +29,7 @@ function M.progress(id, result)
 end
 
 function M.finish(id, status, result, err)
-  assert(db.exec([[UPDATE operations SET status = $2, result = $3, error = $4, updated_at = now(), completed_at = now()
+  assert(db.exec([[/* generic plan */ UPDATE operations SET status = $2, result = $3, error = $4, updated_at = now(), completed_at = now()
       WHERE id = $1]], id, status, result, err))
 end
 

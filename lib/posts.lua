@@ -38,7 +38,8 @@ function M.present_target(t)
 end
 
 function M.targets_of(post_id, query)
-  return assert((query or db.query)("SELECT " .. TARGET_COLUMNS .. " FROM post_targets WHERE post_id = $1 ORDER BY position",
+  return assert((query or db.query)("/* generic plan */ SELECT " .. TARGET_COLUMNS
+    .. " FROM post_targets WHERE post_id = $1 ORDER BY position",
     post_id))
 end
 
@@ -169,7 +170,7 @@ M.POST_COLUMNS = POST_COLUMNS
 -- status; when every target is final, finish the operation and emit
 -- social.post.published to the client that created the post.
 function M.settle(post_id)
-  local rows = assert(db.query("SELECT " .. POST_COLUMNS .. " FROM posts WHERE id = $1 FOR UPDATE", post_id))
+  local rows = assert(db.query("/* generic plan */ SELECT " .. POST_COLUMNS .. " FROM posts WHERE id = $1 FOR UPDATE", post_id))
   return M.settle_locked(rows[1])
 end
 
@@ -189,13 +190,13 @@ function M.settle_locked(post)
   end
   if open > 0 then
     if post.status ~= "publishing" then
-      assert(db.exec("UPDATE posts SET status = 'publishing', updated_at = now() WHERE id = $1", post_id))
+      assert(db.exec("/* generic plan */ UPDATE posts SET status = 'publishing', updated_at = now() WHERE id = $1", post_id))
       operations.set_running(post.operation_id)
     end
     return
   end
   local status = failed == 0 and "published" or (published > 0 and "partially_published" or "failed")
-  assert(db.exec("UPDATE posts SET status = $2, updated_at = now() WHERE id = $1", post_id, status))
+  assert(db.exec("/* generic plan */ UPDATE posts SET status = $2, updated_at = now() WHERE id = $1", post_id, status))
   local result = M.result(post_id, status, targets)
   operations.finish(post.operation_id, status == "failed" and "failed" or "succeeded", result,
     status == "failed" and { code = "publish_failed", message = "No target was published." } or nil)

@@ -10,7 +10,10 @@ local token_health = require "token_health"
 
 local M = {}
 
-local LOAD_SQL = [[
+-- The statements of an attempt find their rows by key: each keeps one plan
+-- per connection (the `generic plan` mark, docs/host-api.md), which spares
+-- PostgreSQL most of their cost.
+local LOAD_SQL = [[/* generic plan */
   SELECT t.id, t.post_id, t.status, t.attempts, t.run_attempts, t.adapter_state,
          extract(epoch FROM t.attempt_started_at)::float8 AS attempt_started_at,
          extract(epoch FROM t.next_attempt_at)::float8 AS next_attempt_at,
@@ -28,7 +31,7 @@ local LOAD_SQL = [[
 -- that is not final keeps the post open). $2 is clock.now(). The row comes
 -- back as it was before, with `started`; when nothing started, begin's
 -- transaction below decides (and nothing was written).
-local START_SQL = [[
+local START_SQL = [[/* generic plan */
   WITH cur AS MATERIALIZED (
     SELECT t.id, t.post_id, t.status, t.attempts, t.run_attempts, t.adapter_state, t.next_attempt_at,
            p.content, p.image, a.id AS account_id, a.platform, a.platform_account_id, a.access_token_enc,
@@ -134,7 +137,7 @@ local function record(row, outcome)
     if status == "published" then
       -- The target is written and then its post locked, in one statement
       -- (in this order, like every other step: the target first).
-      local post = assert(db.query([[WITH t AS (
+      local post = assert(db.query([[/* generic plan */ WITH t AS (
             UPDATE post_targets SET status = 'published', platform_post_id = $2, permalink_url = $3,
                    published_at = now(), error = NULL, next_attempt_at = NULL, updated_at = now()
              WHERE id = $1 RETURNING post_id)

@@ -231,6 +231,40 @@ static void test_names(const char *url, PGconn *other) {
         "check(r == nil and state == '42P01', 'a text the server refuses keeps its SQLSTATE: ' .. tostring(state))\n"
         "check(held('%names-b%') == 0, 'and is not remembered as prepared')\n");
 
+    /* A statement marked `generic plan` keeps one plan in the session; the
+     * others are planned with their values at every call, and inside a
+     * transaction each statement runs in its own mode, a savepoint rolled
+     * back included (the server's own counts and settings say so). */
+    run_one(&w,
+        "local function plans(like)\n"
+        "  local r = assert(db.query('SELECT generic_plans AS g, custom_plans AS c FROM pg_prepared_statements '\n"
+        "    .. 'WHERE statement LIKE $1', like))[1]\n"
+
+        "  return r.g .. ' generic, ' .. r.c .. ' custom'\n"
+        "end\n"
+        "for i = 1, 3 do\n"
+        "  check(db.query('/* generic plan */ SELECT $1::int AS n /* plan-g */', i)[1].n == i, 'marked answers')\n"
+        "  check(db.query('SELECT $1::int AS n /* plan-c */', i)[1].n == i, 'unmarked answers')\n"
+        "end\n"
+        "check(plans('%plan-g%') == '3 generic, 0 custom', 'a marked statement keeps one plan: ' .. plans('%plan-g%'))\n"
+        "check(plans('%plan-c%') == '0 generic, 3 custom', 'the others are planned each call: ' .. plans('%plan-c%'))\n"
+        "local MODE = \"SELECT current_setting('plan_cache_mode') AS m\"\n"
+        "local function mode(marked, tag) return assert(db.query((marked and '/* generic plan */ ' or '') .. MODE .. tag))[1].m end\n"
+        "local seen = {}\n"
+        "db.transaction(function()\n"
+        "  seen[1] = mode(false, ' /* tx-1 */')\n"
+        "  seen[2] = mode(true, ' /* tx-2 */')\n"
+        "  seen[3] = mode(true, ' /* tx-3 */')\n"
+        "  seen[4] = mode(false, ' /* tx-4 */')\n"
+        "  pcall(db.transaction, function() seen[5] = mode(true, ' /* tx-5 */') error('undo') end)\n"
+        "  seen[6] = mode(true, ' /* tx-6 */')\n"
+        "  seen[7] = mode(false, ' /* tx-7 */')\n"
+        "end)\n"
+        "check(table.concat(seen, ' ') == 'force_custom_plan force_generic_plan force_generic_plan force_custom_plan '\n"
+        "  .. 'force_generic_plan force_generic_plan force_custom_plan', 'each statement in its own mode: ' .. table.concat(seen, ' '))\n"
+        "check(mode(true, ' /* own-tx */') == 'force_generic_plan', 'a marked statement in a transaction of its own')\n"
+        "check(mode(false, ' /* own-tx */') == 'force_custom_plan', 'and an unmarked one after it')\n");
+
     /* The set is bounded: texts past PGSTMT_MAX go unnamed, and answer. */
     char bounded[512];
     snprintf(bounded, sizeof bounded,
