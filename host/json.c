@@ -235,10 +235,17 @@ typedef struct {
     ckey key[];
 } cshape;
 
-/* Pushes the value of a compiled shape's slot (CS_*) or key shape (i). */
+/* Pushes the value of a compiled shape's slot (CS_*) and returns its index. */
 static int cs_get(lua_State *L, int uv, const cshape *cs, lua_Integer slot) {
     lua_rawgeti(L, uv, 2 * cs->nkeys + slot);
     return lua_gettop(L);
+}
+
+/* Stores shape[field] at t[at] when it is a table; says whether it was. */
+static int keep(lua_State *L, int shape, int up, int t, lua_Integer at) {
+    if (!field(L, shape, up)) return 0;
+    lua_rawseti(L, t, at);
+    return 1;
 }
 
 /* Reads shape (a table) into a compiled shape, remembers it, and leaves it
@@ -287,16 +294,9 @@ static cshape *compile(enc *e, int shape, int *uv) {
     lua_pushlstring(L, texts.n ? texts.out : "", texts.n);
     cs->texts = lua_tostring(L, -1);
     lua_rawseti(L, t, 2 * n + CS_TEXTS);
-    static const struct { int up, slot; size_t at; } kept[] = {
-        { UP_KNOWN, CS_KNOWN, offsetof(cshape, known) },
-        { UP_EXTRA, CS_EXTRA, offsetof(cshape, extra) },
-        { UP_VARIANTS, CS_VARIANTS, offsetof(cshape, variants) },
-    };
-    for (size_t i = 0; i < sizeof kept / sizeof *kept; i++) {
-        int v = field(L, shape, kept[i].up);
-        *(int *)((char *)cs + kept[i].at) = v != 0;
-        if (v) lua_rawseti(L, t, 2 * n + kept[i].slot);
-    }
+    cs->known = keep(L, shape, UP_KNOWN, t, 2 * n + CS_KNOWN);
+    cs->extra = keep(L, shape, UP_EXTRA, t, 2 * n + CS_EXTRA);
+    cs->variants = keep(L, shape, UP_VARIANTS, t, 2 * n + CS_VARIANTS);
     lua_settop(L, t);
     lua_pushvalue(L, t);
     lua_setiuservalue(L, ud, 1);

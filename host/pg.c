@@ -335,6 +335,14 @@ static int run_cmd(sgw_pg *pg, const char *sql, pg_failure *f) {
     return 0;
 }
 
+/* One statement, by its name when the connection has it prepared (or is
+ * preparing it in the same pipeline), else with its text. */
+static int send_statement(PGconn *c, int how, const char *name, const char *sql, int n,
+                          const char *const *vals) {
+    return how == PGSTMT_UNNAMED ? PQsendQueryParams(c, sql, n, NULL, vals, NULL, NULL, 0)
+                                 : PQsendQueryPrepared(c, name, n, vals, NULL, NULL, 0);
+}
+
 /* ------------------------------------------------------------ without waiting
  *
  * A job coroutine's statement is sent at once and answered later: pgpool.c
@@ -344,14 +352,6 @@ static int run_cmd(sgw_pg *pg, const char *sql, pg_failure *f) {
  * Like exec_params, a statement that starts a transaction goes behind the
  * transaction settings in one pipeline. sql_only: a simple-protocol string
  * (no parameters), for the statements that end a transaction or savepoint. */
-/* One statement, by its name when the connection has it prepared (or is
- * preparing it in the same pipeline), else with its text. */
-static int send_statement(PGconn *c, int how, const char *name, const char *sql, int n,
-                          const char *const *vals) {
-    return how == PGSTMT_UNNAMED ? PQsendQueryParams(c, sql, n, NULL, vals, NULL, NULL, 0)
-                                 : PQsendQueryPrepared(c, name, n, vals, NULL, NULL, 0);
-}
-
 static int send_async(sgw_pg *pg, const char *sql, int n, const char *const *vals, int simple,
                       pg_failure *f) {
     if (ensure_connected(pg, f)) return -1;
