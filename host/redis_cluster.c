@@ -311,6 +311,12 @@ sgw_redis *redis_cluster_nth_node(sgw_cluster *c, int k)
     return c->nodes[(c->next_any + k) % c->nnodes];
 }
 
+void redis_cluster_map_asked(sgw_cluster *c, int k)
+{
+    if (c->nnodes > 0)
+        c->next_any = (c->next_any + k + 1) % c->nnodes;
+}
+
 int redis_cluster_apply_map(sgw_cluster *c, const redisReply *rep, sgw_redis *from)
 {
     if (apply_slots(c, rep, redis_node_host(from)) != 0)

@@ -292,7 +292,9 @@ static conn *conn_to(sgw_redis_loop *rl, sgw_redis *node, const char **err) {
 
 /* Asks for the slot map when it is stale, without waiting: the first node
  * in turn that can be reached gets CLUSTER SLOTS in its line, and its reply
- * replaces the map (read_replies). */
+ * replaces the map (read_replies). The turn moves on with every ask: a dead
+ * master whose back-off ends as the map falls due again would otherwise
+ * take every ask and fail it. */
 static void read_map(sgw_redis_loop *rl) {
     static char slots_cmd[] = "*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n";
     if (!redis_cluster_map_due(rl->cluster)) return;
@@ -303,6 +305,7 @@ static void read_map(sgw_redis_loop *rl) {
         waiter w = { .slot = -1, .map = 1, .cmd = slots_cmd, .cmdlen = sizeof slots_cmd - 1 };
         if (c && conn_push(c, w, 0, &err) == 0) {
             c->line[(c->head + c->len - 1) % c->cap].cmd = NULL;     /* static, not owned */
+            redis_cluster_map_asked(rl->cluster, k);
             return;
         }
     }

@@ -321,6 +321,10 @@ sgw_redis *redis_cluster_node_known(sgw_cluster *c, int slot);
  * redis_cluster_apply_map (0: the map is fresh again). */
 int        redis_cluster_map_due(sgw_cluster *c);
 sgw_redis *redis_cluster_nth_node(sgw_cluster *c, int k);    /* NULL past the last */
+/* The k-th node took the ask: the next ask starts after it, so a node that
+ * takes asks but never answers (a dead master's refused connection) is not
+ * asked every time while live nodes could answer. */
+void       redis_cluster_map_asked(sgw_cluster *c, int k);
 int        redis_cluster_apply_map(sgw_cluster *c, const struct redisReply *rep, sgw_redis *from);
 /* What a reply asks of its command: CLUSTER_FINAL (it is the answer),
  * CLUSTER_MOVED (map updated) or CLUSTER_ASK to *to, CLUSTER_RETRY later. */

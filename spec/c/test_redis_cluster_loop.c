@@ -232,6 +232,10 @@ static void test_cluster_loop(void)
                  "'the paused node answers once its pause is over')\n", asked + 1);
         run_many(&w, "after the pause", drain, 1);
         check(!redis_loop_in_flight(w.redis_loop), "and the map's reply came before it", NULL);
+        /* The next ask goes to the node after it: a node that takes asks
+         * and fails them (a dead master) is not asked every time. */
+        check(!redis_node_is(redis_cluster_nth_node(map, 0), "127.0.0.1", 9, cl.node[asked].port),
+              "the next map is asked of another node", NULL);
     }
 
     /* A node killed while calls wait on it: node 0 is paused, so calls for
