@@ -59,7 +59,7 @@ function M.enqueue(kind, payload, opts)
   end
   local delay, max_attempts = settings("jobs.enqueue", kind, opts)
   local rows, err = db.query(
-    "INSERT INTO jobs (kind, payload, run_at, max_attempts) "
+    "/* generic plan */ INSERT INTO jobs (kind, payload, run_at, max_attempts) "
       .. "VALUES ($1, $2, clock_timestamp() + make_interval(secs => $3), $4) RETURNING id",
     kind, payload or {}, delay, max_attempts)
   if not rows then
@@ -79,7 +79,7 @@ function M.enqueue_many(kind, payloads, opts)
   end
   local delay, max_attempts = settings("jobs.enqueue_many", kind, opts)
   if #payloads == 0 then return {} end
-  local rows, err = db.query([[
+  local rows, err = db.query([[/* generic plan */
     INSERT INTO jobs (kind, payload, run_at, max_attempts)
     SELECT $1, p.value, clock_timestamp() + make_interval(secs => $3), $4
       FROM jsonb_array_elements($2::jsonb) WITH ORDINALITY AS p(value, n) ORDER BY p.n

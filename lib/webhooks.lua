@@ -68,7 +68,7 @@ end
 function M.enqueue_many(events)
   local client_ids = {}
   for _, e in ipairs(events) do client_ids[#client_ids + 1] = e.client_id end
-  local rows = assert(db.query([[SELECT id FROM api_clients
+  local rows = assert(db.query([[/* generic plan */ SELECT id FROM api_clients
       WHERE id IN (SELECT jsonb_array_elements_text($1::jsonb)) AND webhook_url IS NOT NULL
         AND webhook_disabled_at IS NULL AND revoked_at IS NULL]], client_ids))
   local active = {}
