@@ -91,6 +91,7 @@ struct sgw_pg {
     char     *conninfo;
     PGconn   *conn;
     int       tx_depth;          /* db.transaction nesting */
+    int       begin_pending;     /* a job's BEGIN waits to go with its first statement */
     int       failed;            /* the last connection attempt failed */
     uint64_t  failed_at_ms;
     char      last_error[512];
@@ -106,7 +107,7 @@ struct sgw_pg {
     int       async_nulls;       /* end-of-statement markers seen (pipeline) */
     /* What each message of the pipeline is (PART_*), and what the server
      * prepared; the statement's text to remember once it has. */
-    unsigned char async_part[4];
+    unsigned char async_part[6];
     int       plan_generic;      /* the transaction's plan mode: 1 generic, 0 custom, -1 not known */
     int       async_prepared;    /* bits: 1 the settings, 2 the statement */
     int       async_named;       /* something was sent by name */
@@ -120,7 +121,7 @@ struct sgw_pg {
 };
 
 /* The messages of a pipeline. */
-enum { PART_PREPARE_SETTINGS, PART_SETTINGS, PART_PLAN_MODE, PART_PREPARE, PART_STATEMENT };
+enum { PART_PREPARE_SETTINGS, PART_SETTINGS, PART_BEGIN, PART_PLAN_MODE, PART_PREPARE, PART_STATEMENT };
 
 /* Set once a server lost or refused a statement name: a pooler without
  * prepared statement support is in front; names stay off for the process. */
@@ -270,6 +271,7 @@ static PGresult *exec_params(sgw_pg *pg, const char *sql, int n, const char *con
     long long ms = config_int("database.statement_timeout_ms");
     snprintf(timeout, sizeof timeout, "%lld", ms > 0 ? ms : 0);
     const char *const tv[2] = { timeout, PLAN_CUSTOM };   /* unnamed: planned each call anyway */
+    pg->plan_generic = 0;
     PGresult *settings = NULL, *r = NULL;
     int synced = 0;
     if (PQsendQueryParams(c, TX_SETTINGS_SQL, 2, NULL, tv, NULL, NULL, 0) &&
@@ -301,6 +303,14 @@ static PGresult *exec_params(sgw_pg *pg, const char *sql, int n, const char *con
  * caller clears it), or NULL with f filled in. */
 static PGresult *run(sgw_pg *pg, const char *sql, int nparams, const char *const *vals,
                      pg_failure *f) {
+    if (pg->begin_pending) {
+        /* A job's transaction that has sent nothing yet, now used by code
+         * that blocks (a nested coroutine): its BEGIN goes first. */
+        pg->begin_pending = 0;
+        PGresult *b = run(pg, "BEGIN", 0, NULL, f);
+        if (!b) return NULL;
+        PQclear(b);
+    }
     for (int attempt = 0;; attempt++) {
         if (ensure_connected(pg, f)) return NULL;
         PGTransactionStatusType before = PQtransactionStatus(pg->conn);
@@ -350,8 +360,10 @@ static int send_statement(PGconn *c, int how, const char *name, const char *sql,
  * then resumes the coroutine, whose binding takes it (async_take). The
  * connection is in non-blocking mode only while a statement is in flight.
  * Like exec_params, a statement that starts a transaction goes behind the
- * transaction settings in one pipeline. sql_only: a simple-protocol string
- * (no parameters), for the statements that end a transaction or savepoint. */
+ * transaction settings in one pipeline, and the first statement of a job's
+ * transaction takes its BEGIN along (begin_pending). simple: a
+ * simple-protocol string (no parameters), for the statements that end a
+ * transaction or savepoint. */
 static int send_async(sgw_pg *pg, const char *sql, int n, const char *const *vals, int simple,
                       pg_failure *f) {
     if (ensure_connected(pg, f)) return -1;
@@ -361,6 +373,7 @@ static int send_async(sgw_pg *pg, const char *sql, int n, const char *const *val
     int ok = PQsetnonblocking(c, 1) == 0;
     /* What goes: [prepare settings, settings,] [prepare,] the statement. */
     int settings = !simple && pg->async_before == PQTRANS_IDLE;
+    int begin = settings && pg->begin_pending;
     int names = !simple && pg->stmts && !names_refused && config_bool("database.prepared_statements");
     char settings_name[PGSTMT_NAME_LEN], name[PGSTMT_NAME_LEN];
     int settings_how = names && settings ? pgstmt_lookup(pg->stmts, TX_SETTINGS_SQL, settings_name)
@@ -374,6 +387,7 @@ static int send_async(sgw_pg *pg, const char *sql, int n, const char *const *val
         if (settings_how == PGSTMT_TO_PREPARE) pg->async_part[parts++] = PART_PREPARE_SETTINGS;
         pg->async_part[parts++] = PART_SETTINGS;
         pg->plan_generic = generic;
+        if (begin) pg->async_part[parts++] = PART_BEGIN;
     } else if (simple) {
         pg->plan_generic = -1;   /* ROLLBACK TO SAVEPOINT may undo a change of mode */
     } else if (generic != pg->plan_generic) {
@@ -396,6 +410,7 @@ static int send_async(sgw_pg *pg, const char *sql, int n, const char *const *val
             case PART_SETTINGS:
                 ok = send_statement(c, settings_how, settings_name, TX_SETTINGS_SQL, 2, tv);
                 break;
+            case PART_BEGIN: ok = PQsendQueryParams(c, "BEGIN", 0, NULL, NULL, NULL, NULL, 0); break;
             case PART_PLAN_MODE: ok = PQsendQueryParams(c, PLAN_MODE_SQL, 1, NULL, mode, NULL, NULL, 0); break;
             case PART_PREPARE: ok = PQsendPrepare(c, name, sql, 0, NULL); break;
             default: ok = send_statement(c, how, name, sql, n, vals);
@@ -416,6 +431,7 @@ static int send_async(sgw_pg *pg, const char *sql, int n, const char *const *val
     }
     pg->async = 1;
     pg->async_flush = fl == 1;
+    if (begin) pg->begin_pending = 0;
     return 0;
 }
 
@@ -659,6 +675,7 @@ void pg_reset_session(sgw_pg *pg) {
         PQclear(r);
     }
     pg->tx_depth = 0;
+    pg->begin_pending = 0;
 }
 
 struct pg_conn *pg_raw(sgw_pg *pg) {
@@ -1203,6 +1220,7 @@ static void tx_async_release(sgw_pgpool *p, sgw_pg *pg) {
  * when the outermost one ends. */
 static void tx_async_leave(const tx_step *s) {
     if (s->pg->tx_depth > 0) s->pg->tx_depth--;
+    if (!s->t->nested) s->pg->begin_pending = 0;
     if (!s->t->nested) tx_async_release(s->p, s->pg);
 }
 
@@ -1227,6 +1245,7 @@ static int tx_async_undone(lua_State *L, int status, lua_KContext ctx) {
 /* Sends the ROLLBACK (TO SAVEPOINT) and yields; with the connection gone
  * there is nothing to send: the server has rolled back. */
 static int tx_async_undo(lua_State *L, const tx_step *s) {
+    if (!s->t->nested && s->pg->begin_pending) return tx_async_undone(L, 0, 0);    /* nothing began */
     if (s->pg->conn && PQstatus(s->pg->conn) == CONNECTION_OK) {
         char sql[128];
         if (s->t->nested)
@@ -1281,6 +1300,12 @@ static int tx_async_body(lua_State *L, int status, lua_KContext ctx) {
         s.t->aborted = 1;
         return tx_async_undo(L, &s);
     }
+    if (!s.t->nested && s.pg->begin_pending) {
+        /* fn sent nothing: there is nothing to commit. */
+        tx_async_leave(&s);
+        lua_remove(L, 1);
+        return lua_gettop(L);
+    }
     char sql[96];
     if (s.t->nested) snprintf(sql, sizeof sql, "RELEASE SAVEPOINT %s", s.t->savepoint);
     else snprintf(sql, sizeof sql, "COMMIT");
@@ -1293,25 +1318,38 @@ static int tx_async_body(lua_State *L, int status, lua_KContext ctx) {
     return yield_on(L, s.p, 0, tx_async_ended);
 }
 
+/* The answer to a BEGIN or SAVEPOINT: 0, or -1 with f filled in. */
+static int tx_async_started(const tx_step *s, pg_failure *f) {
+    /* async_take clears pg->async: a broken BEGIN must keep its own failure. */
+    int answered = s->pg && s->pg->async;
+    PGresult *r = answered ? async_take(s->pg, f) : NULL;
+    if (!answered) set_failure(f, "57014", "%s", "the transaction's start was interrupted");
+    int ok = r && PQresultStatus(r) == PGRES_COMMAND_OK;
+    if (r && !ok) failure_from_result(f, r, s->pg->conn);
+    PQclear(r);
+    return ok ? 0 : -1;
+}
+
+static int tx_async_begin(lua_State *L, int status, lua_KContext ctx);
+
+/* The outer BEGIN a savepoint waited for; then the savepoint. On failure
+ * the outer transaction's error path ends it and gives its connection back. */
+static int tx_async_outer_begun(lua_State *L, int status, lua_KContext ctx) {
+    (void)status;
+    (void)ctx;
+    tx_step s = tx_resumed(L);
+    pg_failure f;
+    if (tx_async_started(&s, &f)) return raise_failure(L, &f);
+    return tx_async_begin(L, 0, 0);
+}
+
+/* The savepoint's answer; then fn runs inside it. */
 static int tx_async_begun(lua_State *L, int status, lua_KContext ctx) {
     (void)status;
     (void)ctx;
     tx_step s = tx_resumed(L);
     pg_failure f;
-    /* async_take clears pg->async: a broken BEGIN must keep its own failure. */
-    int answered = s.pg && s.pg->async;
-    PGresult *r = answered ? async_take(s.pg, &f) : NULL;
-    if (!answered) set_failure(&f, "57014", "%s", "the transaction's start was interrupted");
-    if (r && PQresultStatus(r) != PGRES_COMMAND_OK) {
-        failure_from_result(&f, r, s.pg->conn);
-        PQclear(r);
-        r = NULL;
-    }
-    if (!r) {
-        if (s.pg && !s.t->nested) tx_async_release(s.p, s.pg);
-        return raise_failure(L, &f);
-    }
-    PQclear(r);
+    if (tx_async_started(&s, &f)) return raise_failure(L, &f);
     s.pg->tx_depth++;
     int st = lua_pcallk(L, s.t->nargs, LUA_MULTRET, 0, 0, tx_async_body);
     return tx_async_body(L, st, 0);
@@ -1337,20 +1375,25 @@ static int tx_async_begin(lua_State *L, int status, lua_KContext ctx) {
             return raise_failure(L, &f);
         }
         if (c > 0) return yield_on(L, s.p, 0, tx_async_begin);
+        /* BEGIN waits for fn's first statement and goes in its pipeline
+         * (send_async): a round trip less for every transaction. */
+        s.pg->begin_pending = 1;
+        s.pg->tx_depth++;
+        int st = lua_pcallk(L, s.t->nargs, LUA_MULTRET, 0, 0, tx_async_body);
+        return tx_async_body(L, st, 0);
+    }
+    if (s.pg->begin_pending) {
+        /* A savepoint before the outer transaction sent anything: its
+         * BEGIN goes first, alone, behind the settings. */
+        s.pg->begin_pending = 0;
+        if (send_async(s.pg, "BEGIN", 0, NULL, 0, &f)) return raise_failure(L, &f);
+        pgpool_sent(s.p, s.pg);
+        return yield_on(L, s.p, 0, tx_async_outer_begun);
     }
     char sql[64];
-    if (s.t->nested) {
-        snprintf(s.t->savepoint, sizeof s.t->savepoint, "sgw_tx_%d", s.pg->tx_depth + 1);
-        snprintf(sql, sizeof sql, "SAVEPOINT %s", s.t->savepoint);
-    } else {
-        snprintf(sql, sizeof sql, "BEGIN");
-    }
-    /* BEGIN goes as a parameterless extended-protocol statement, so that it
-     * travels behind the transaction settings (send_async's pipeline). */
-    if (send_async(s.pg, sql, 0, NULL, s.t->nested, &f)) {
-        if (!s.t->nested) pgpool_release(s.p, s.pg);
-        return raise_failure(L, &f);
-    }
+    snprintf(s.t->savepoint, sizeof s.t->savepoint, "sgw_tx_%d", s.pg->tx_depth + 1);
+    snprintf(sql, sizeof sql, "SAVEPOINT %s", s.t->savepoint);
+    if (send_async(s.pg, sql, 0, NULL, 1, &f)) return raise_failure(L, &f);
     pgpool_sent(s.p, s.pg);
     return yield_on(L, s.p, 0, tx_async_begun);
 }

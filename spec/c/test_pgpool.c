@@ -375,6 +375,41 @@ static void test_on_database(const char *url) {
           "only the committed rows are there", PQgetvalue(r, 0, 0));
     PQclear(r);
 
+    /* BEGIN goes with a transaction's first statement: whatever comes
+     * first (a savepoint, a statement that fails, a blocking statement of
+     * a nested coroutine, nothing at all) still runs inside it. */
+    PQclear(PQexec(other, "DELETE FROM pgpool_t"));
+    static const char *const first[] = {
+        "db.transaction(function()\n"
+        "  local ok = pcall(db.transaction, function()\n"
+        "    assert(db.exec('INSERT INTO pgpool_t VALUES ($1, 1)', 'first'))\n"
+        "    error('inner', 0)\n"
+        "  end)\n"
+        "  check(not ok, 'a savepoint first: its error comes through')\n"
+        "  assert(db.exec('INSERT INTO pgpool_t VALUES ($1, 2)', 'first'))\n"
+        "end)\n",
+        "local ok, err = pcall(db.transaction, function()\n"
+        "  local r, e = db.query('SELECT 1/0')\n"
+        "  check(r == nil and e:match('division by zero'), 'a first statement that fails')\n"
+        "end)\n"
+        "check(not ok and tostring(err):match('rolled back'), 'rolls the transaction back: ' .. tostring(err))\n",
+        "local ok, err = pcall(db.transaction, function()\n"
+        "  coroutine.wrap(function() assert(db.exec('INSERT INTO pgpool_t VALUES ($1, 3)', 'first')) end)()\n"
+        "  check(db.query('SELECT count(*) AS n FROM pgpool_t WHERE n = 3')[1].n == 1, 'seen in the transaction')\n"
+        "  error('undo', 0)\n"
+        "end)\n"
+        "check(not ok and err == 'undo', 'a nested coroutine first, then an error')\n",
+        "local ok, err = pcall(db.transaction, function() error('nothing sent', 0) end)\n"
+        "check(not ok and err == 'nothing sent', 'an error before any statement comes through')\n"
+        "check(db.transaction(function() return 5 end) == 5, 'a transaction of no statement returns fn\\'s results')\n"
+        "check(not db.in_transaction(), 'and ends')\n",
+    };
+    run_all(&w, first, 4);
+    r = PQexec(other, "SELECT string_agg(who || n, ',' ORDER BY who, n) FROM pgpool_t");
+    check(PQresultStatus(r) == PGRES_TUPLES_OK && strcmp(PQgetvalue(r, 0, 0), "first2") == 0,
+          "a savepoint first kept the outer row only; the nested coroutine's row rolled back", PQgetvalue(r, 0, 0));
+    PQclear(r);
+
     /* Backends killed while idle: the next statement reconnects once. */
     kill_idle_backends(&w, other);
     static const char *const after_kill[] = {
@@ -385,11 +420,16 @@ static void test_on_database(const char *url) {
     };
     run_all(&w, after_kill, 2);
 
-    /* A BEGIN on a connection that broke meanwhile is not retried, and its
-     * failure says the database is unavailable. */
+    /* A transaction's BEGIN goes with its first statement. On a connection
+     * that broke meanwhile that statement is not retried (it began the
+     * transaction), its failure says the database is unavailable, and so
+     * does the transaction. */
     kill_idle_backends(&w, other);
     static const char *const begin_broken[] = {
-        "local ok, err = pcall(db.transaction, function() end)\n"
+        "local ok, err = pcall(db.transaction, function()\n"
+        "  local r, e = db.query('SELECT 1 AS one')\n"
+        "  check(r == nil and tostring(e):match('^database unavailable'), 'the first statement: ' .. tostring(e))\n"
+        "end)\n"
         "check(not ok and tostring(err):match('^database unavailable') and not tostring(err):match('interrupted'),\n"
         "      'a broken BEGIN says the database is unavailable: ' .. tostring(err))\n",
     };
