@@ -3,8 +3,13 @@
  *
  * Two ways to run a call. In a job coroutine that the job runner is resuming
  * (see httpc_set_current), http.request adds an easy handle to the worker's
- * multi handle and yields; httpc_poll drives every transfer at once and hands
- * each finished one back to the runner, which resumes its coroutine. Anywhere
+ * multi handle and yields; httpc_poll drives the transfers and hands each
+ * finished one back to the runner, which resumes its coroutine. The multi is
+ * driven through curl's socket interface: curl names the sockets it waits
+ * on (on_socket), they sit in one epoll set that the loop's wait polls as a
+ * single descriptor, and only a socket with news (or curl's timer) is
+ * handed back to curl, so a turn costs what happened in it, not the number
+ * of transfers in flight. Anywhere
  * else (request workers, nested coroutines, C boundaries that cannot yield)
  * the call blocks on an easy handle that the Lua state keeps for reuse, so
  * its connections stay warm.
@@ -33,7 +38,9 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
+#include <unistd.h>
 #include <curl/curl.h>
 
 /* pg.c: http.request must not hold a database transaction open across a
@@ -85,7 +92,9 @@ struct sgw_httpc {
     xlist      running;            /* added to the multi */
     xlist      queued;             /* FIFO beyond max_concurrent */
     lua_State *current;            /* coroutine the runner is resuming */
-    int        kick;               /* a transfer was added: drive the multi */
+    int        epfd;               /* the sockets curl waits on (on_socket) */
+    int        timer_set;          /* curl asked to be called at timer_at */
+    uint64_t   timer_at;           /* monotonic ms */
 };
 
 /* ------------------------------------------------------------ lists */
@@ -587,14 +596,48 @@ static int push_results(lua_State *L, const xfer *x) {
 
 /* ------------------------------------------------------------ the engine */
 
+/* curl says which events a socket of a transfer waits for (or that it is
+ * done with it): the epoll set follows. A socket number curl reuses after
+ * closing one is added anew (the kernel dropped the closed one). */
+static int on_socket(CURL *easy, curl_socket_t fd, int what, void *userp, void *socketp) {
+    (void)easy;
+    (void)socketp;
+    sgw_httpc *h = userp;
+    if (what == CURL_POLL_REMOVE) {
+        epoll_ctl(h->epfd, EPOLL_CTL_DEL, fd, NULL);      /* may be closed already */
+        return 0;
+    }
+    struct epoll_event ev = { .events = (what & CURL_POLL_IN ? EPOLLIN : 0u) | (what & CURL_POLL_OUT ? EPOLLOUT : 0u),
+                              .data.fd = fd };
+    if (epoll_ctl(h->epfd, EPOLL_CTL_MOD, fd, &ev) == 0) return 0;
+    if (errno == ENOENT && epoll_ctl(h->epfd, EPOLL_CTL_ADD, fd, &ev) == 0) return 0;
+    log_msg(LOG_WARN, "http_poll_failed", "cannot wait on an outbound socket: %s", strerror(errno));
+    return -1;
+}
+
+/* When curl wants to be called with CURL_SOCKET_TIMEOUT (-1: never). */
+static int on_timer(CURLM *multi, long timeout_ms, void *userp) {
+    (void)multi;
+    sgw_httpc *h = userp;
+    h->timer_set = timeout_ms >= 0;
+    h->timer_at = clock_mono_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
+    return 0;
+}
+
 sgw_httpc *httpc_new(int max_concurrent) {
     sgw_httpc *h = calloc(1, sizeof *h);
     if (!h) return NULL;
-    h->multi = curl_multi_init();
+    h->epfd = epoll_create1(EPOLL_CLOEXEC);
+    h->multi = h->epfd >= 0 ? curl_multi_init() : NULL;
     if (!h->multi) {
+        if (h->epfd >= 0) close(h->epfd);
         free(h);
         return NULL;
     }
+    curl_multi_setopt(h->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+    curl_multi_setopt(h->multi, CURLMOPT_SOCKETDATA, h);
+    curl_multi_setopt(h->multi, CURLMOPT_TIMERFUNCTION, on_timer);
+    curl_multi_setopt(h->multi, CURLMOPT_TIMERDATA, h);
     h->max_concurrent = max_concurrent > 0 ? max_concurrent : 1;
     return h;
 }
@@ -614,6 +657,7 @@ void httpc_free(sgw_httpc *h) {
         xfer_release(x);
     }
     curl_multi_cleanup(h->multi);
+    close(h->epfd);
     free(h);
 }
 
@@ -629,7 +673,6 @@ static void promote(sgw_httpc *h, xfer **done) {
     while (h->queued.head && h->running.n < h->max_concurrent) {
         xfer *x = h->queued.head;
         xlist_remove(&h->queued, x);
-        h->kick = 1;
         if (curl_multi_add_handle(h->multi, x->easy) != CURLM_OK) {
             x->queued = 0;
             x->rc = CURLE_FAILED_INIT;
@@ -697,42 +740,38 @@ void httpc_poll(sgw_httpc *h, int timeout_ms, struct pollfd *extra, int nextra,
             for (int i = 0; i < nextra; i++) extra[i].revents = 0;
         return;
     }
-    /* curl_multi_perform visits every transfer, and the loop comes here
-     * once per database answer too: drive the multi only when a transfer
-     * was added, one of its sockets had news, or one of its timers is due. */
+    /* One wait for the caller's sockets, curl's epoll set and curl's timer. */
+    int wait = timeout_ms > 0 ? timeout_ms : 0;
+    if (h->timer_set) {
+        uint64_t now = clock_mono_ms();
+        int left = h->timer_at > now ? (int)(h->timer_at - now) : 0;
+        if (left < wait) wait = left;
+    }
+    struct pollfd fds[EXTRA_FDS_MAX + 1];
+    int nw = nextra < EXTRA_FDS_MAX ? nextra : EXTRA_FDS_MAX;
+    if (nw > 0) memcpy(fds, extra, (size_t)nw * sizeof *fds);
+    fds[nw] = (struct pollfd){ .fd = h->epfd, .events = POLLIN };
+    if (poll(fds, (nfds_t)nw + 1, wait) < 0) {
+        if (errno != EINTR) log_msg(LOG_WARN, "http_poll_failed", "poll: %s", strerror(errno));
+        for (int i = 0; i <= nw; i++) fds[i].revents = 0;
+    }
+    for (int i = 0; i < nw; i++) extra[i].revents = fds[i].revents;
     int still;
-    xfer *done = NULL;
-    long due = -1;
-    curl_multi_timeout(h->multi, &due);
-    if (h->kick || due == 0) {
-        h->kick = 0;
-        curl_multi_perform(h->multi, &still);
-        done = collect_done(h);
-    }
-    if (!done) {
-        struct curl_waitfd wfd[EXTRA_FDS_MAX];
-        int nw = nextra < EXTRA_FDS_MAX ? nextra : EXTRA_FDS_MAX;
-        for (int i = 0; i < nw; i++) {
-            wfd[i].fd = extra[i].fd;
-            wfd[i].events = (short)((extra[i].events & POLLIN ? CURL_WAIT_POLLIN : 0) |
-                                    (extra[i].events & POLLOUT ? CURL_WAIT_POLLOUT : 0));
-            wfd[i].revents = 0;
-        }
-        int active = 0, extra_active = 0;
-        curl_multi_poll(h->multi, wfd, (unsigned)nw, timeout_ms > 0 ? timeout_ms : 0, &active);
-        for (int i = 0; i < nw; i++) {
-            extra[i].revents = (short)((wfd[i].revents & CURL_WAIT_POLLIN ? POLLIN : 0) |
-                                       (wfd[i].revents & CURL_WAIT_POLLOUT ? POLLOUT : 0));
-            if (wfd[i].revents) extra_active++;
-        }
-        due = -1;
-        curl_multi_timeout(h->multi, &due);
-        if (active > extra_active || due == 0 || h->kick) {
-            h->kick = 0;
-            curl_multi_perform(h->multi, &still);
-            done = collect_done(h);
+    if (fds[nw].revents & POLLIN) {
+        /* Level-triggered: what does not fit here is there next turn. */
+        struct epoll_event ev[EXTRA_FDS_MAX];
+        int k = epoll_wait(h->epfd, ev, EXTRA_FDS_MAX, 0);
+        for (int i = 0; i < k; i++) {
+            int flags = (ev[i].events & EPOLLIN ? CURL_CSELECT_IN : 0) | (ev[i].events & EPOLLOUT ? CURL_CSELECT_OUT : 0) |
+                        (ev[i].events & (EPOLLERR | EPOLLHUP) ? CURL_CSELECT_ERR : 0);
+            curl_multi_socket_action(h->multi, ev[i].data.fd, flags, &still);
         }
     }
+    if (h->timer_set && clock_mono_ms() >= h->timer_at) {
+        h->timer_set = 0;               /* curl sets it again if it wants */
+        curl_multi_socket_action(h->multi, CURL_SOCKET_TIMEOUT, 0, &still);
+    }
+    xfer *done = collect_done(h);
     /* Refill the freed slots before running Lua, so queued transfers start
      * while the finished ones are being handled. */
     promote(h, &failed);
@@ -786,7 +825,6 @@ static int start_async(lua_State *L, sgw_httpc *h, xfer *x, int xi, const req_op
             x->co = L;
             x->h = h;
             if (h->running.n < h->max_concurrent) {
-                h->kick = 1;
                 if (curl_multi_add_handle(h->multi, e) == CURLM_OK) {
                     x->queued = 0;
                     xlist_push(&h->running, x);

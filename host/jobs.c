@@ -95,7 +95,6 @@ typedef struct runner {
     uint64_t    refresh_failed_gen;
     uint64_t    last_claim, last_flush, last_heartbeat, last_tick, last_cleanup, last_warn;
     uint64_t    heartbeat_ms;        /* a third of the lease */
-    uint64_t    transfers_at;        /* loop_wait's */
     uint64_t    next_due;            /* monotonic ms when the next future job is due; 0: none known */
     uint64_t    rng;
     timer      *timers;
@@ -863,7 +862,7 @@ static void *runner_main(void *arg) {
             int timeout = BUSY_POLL_MS;
             if (r->ndone > 0) timeout = gap_left(r->last_flush, timeout);
             if (claim_wanted) timeout = gap_left(r->last_claim, timeout);
-            loop_wait(&r->w, fds, n, loop_ready(&r->w) ? 0 : timeout, &r->transfers_at, on_ready, r);
+            loop_wait(&r->w, fds, n, loop_ready(&r->w) ? 0 : timeout, on_ready, r);
             drain_wake(r);
             listen_drain(r);
         } else if (!stop) {

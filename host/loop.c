@@ -11,13 +11,7 @@
  */
 #include "sgw.h"
 
-#include <errno.h>
 #include <poll.h>
-
-/* Transfers' sockets are polled at most this often while statements or
- * Redis calls are in flight: a loop woken for every database answer would
- * otherwise walk every transfer's socket each time. */
-#define TRANSFERS_EVERY_MS 5
 
 int loop_open(sgw_worker *w, int max_coroutines) {
     w->httpc = httpc_new(max_coroutines);
@@ -82,19 +76,9 @@ int loop_ready(sgw_worker *w) {
     return pgpool_ready(w->pgpool) || pgpool_ready(w->replica_pool);
 }
 
-void loop_wait(sgw_worker *w, struct pollfd *fds, int n, int timeout_ms, uint64_t *transfers_at,
+void loop_wait(sgw_worker *w, struct pollfd *fds, int n, int timeout_ms,
                void (*on_ready)(lua_State *co, int nres, void *ud), void *ud) {
-    uint64_t now = clock_mono_ms();
-    timeout_ms = redis_loop_timeout(w->redis_loop, timeout_ms);
-    int others = pgpool_in_flight(w->pgpool) || pgpool_in_flight(w->replica_pool) || redis_loop_in_flight(w->redis_loop);
-    if (!others || httpc_active(w->httpc) == 0 || now - *transfers_at >= TRANSFERS_EVERY_MS) {
-        *transfers_at = now;
-        httpc_poll(w->httpc, timeout_ms, fds, n, on_ready, ud);
-    } else {
-        int left = (int)(TRANSFERS_EVERY_MS - (now - *transfers_at));
-        if (poll(fds, (nfds_t)n, timeout_ms < left ? timeout_ms : left) < 0 && errno != EINTR)
-            for (int i = 0; i < n; i++) fds[i].revents = 0;
-    }
+    httpc_poll(w->httpc, redis_loop_timeout(w->redis_loop, timeout_ms), fds, n, on_ready, ud);
     pgpool_drive(w->pgpool, fds, n, on_ready, ud);
     pgpool_drive(w->replica_pool, fds, n, on_ready, ud);
     redis_loop_drive(w->redis_loop, fds, n, on_ready, ud);

@@ -605,12 +605,10 @@ void loop_forget(sgw_worker *w, lua_State *co);     /* co ended */
 int  loop_pollfds(sgw_worker *w, struct pollfd *fds, int cap);
 int  loop_ready(sgw_worker *w);
 /* One wait: polls fds (the caller's, then loop_pollfds') and the transfers'
- * sockets, returns when any has news or timeout_ms passed, having resumed
- * (on_ready) every coroutine whose answer is in. Transfers' sockets are
- * polled at most every few milliseconds while statements or Redis calls are
- * in flight: polling a thousand of them for every answer cost more than the
- * answers. *transfers_at: when they were last polled (the caller keeps it). */
-void loop_wait(sgw_worker *w, struct pollfd *fds, int n, int timeout_ms, uint64_t *transfers_at,
+ * sockets (one epoll descriptor, httpc.c), returns when any has news or
+ * timeout_ms passed, having resumed (on_ready) every coroutine whose answer
+ * is in. */
+void loop_wait(sgw_worker *w, struct pollfd *fds, int n, int timeout_ms,
                void (*on_ready)(lua_State *co, int nres, void *ud), void *ud);
 
 /* ---------------------------------------------------------------- worker.c

@@ -73,7 +73,6 @@ typedef struct http_worker {
     struct http_worker *next_idle;
     running_req        *running;    /* [capacity] */
     atomic_int          nrunning;   /* read by workers_enqueue to pick a loop */
-    uint64_t            transfers_at; /* loop_wait's */
 } http_worker;
 
 static pthread_mutex_t qlock = PTHREAD_MUTEX_INITIALIZER;
@@ -753,7 +752,7 @@ static void wait_events(http_worker *hw, int more_queued) {
     if (atomic_load(&hw->nrunning) > 0) {
         n += loop_pollfds(&hw->w, fds + n, LOOP_FDS_MAX);
         timeout = loop_ready(&hw->w) || more_queued ? 0 : BUSY_POLL_MS;
-        loop_wait(&hw->w, fds, n, timeout, &hw->transfers_at, on_ready, hw);
+        loop_wait(&hw->w, fds, n, timeout, on_ready, hw);
     } else if (poll(fds, 1, -1) < 0 && errno != EINTR) {
         log_msg(LOG_ERROR, "worker_wait", "worker %d: poll failed: %s", hw->w.id, strerror(errno));
     }

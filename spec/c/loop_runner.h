@@ -70,11 +70,11 @@ static void run_many(sgw_worker *w, const char *what, const char *chunk, int n) 
         }
     }
     for (int i = 0; i < n; i++) resume_co(&r, r.co[i]);
-    uint64_t deadline = clock_mono_ms() + 60000, transfers_at = 0;
+    uint64_t deadline = clock_mono_ms() + 60000;
     while (r.done < n && clock_mono_ms() < deadline) {
         struct pollfd fds[LOOP_FDS_MAX];
         int nf = loop_pollfds(w, fds, LOOP_FDS_MAX);
-        loop_wait(w, fds, nf, 50, &transfers_at, on_ready, &r);
+        loop_wait(w, fds, nf, 50, on_ready, &r);
     }
     check(r.done == n, what, "every coroutine ended");
     for (int i = 0; i < n; i++)

@@ -76,11 +76,11 @@ int main(void) {
     loop_forget(&w, co);
     luaL_unref(w.L, LUA_REGISTRYINDEX, ref);
     runner none = { .w = &w, .n = 0 };
-    uint64_t deadline = clock_mono_ms() + 60000, at = 0;
+    uint64_t deadline = clock_mono_ms() + 60000;
     struct pollfd fds[4];
     int nf;
     while ((nf = loop_pollfds(&w, fds, 4)) > 0 && clock_mono_ms() < deadline)
-        loop_wait(&w, fds, nf, 50, &at, on_ready, &none);
+        loop_wait(&w, fds, nf, 50, on_ready, &none);
     check(nf == 0, "the forgotten job came back and was disposed of", NULL);
 
     /* A loop freed with a hash still out: the job frees the inbox. */
