@@ -77,7 +77,15 @@ function M.publish(ctx)
   local container, err = container_of(ctx, token)
   if not container then return graph.failed(err, false) end
 
-  local status, detail = container_status(container, token)
+  -- resolve, in this same run, may have just read it: Meta asks for one
+  -- status query a poll, not two a moment apart.
+  local status, detail
+  if ctx.container_status and ctx.container_status.id == container then
+    status, detail = ctx.container_status.status, ctx.container_status.detail
+  else
+    status, detail = container_status(container, token)
+  end
+  ctx.container_status = nil
   if not status then return graph.failed(detail, false) end
   if status == "PUBLISHED" then
     return existing_media(ctx, token)
@@ -114,6 +122,9 @@ function M.resolve(ctx)
   local status, err = container_status(state.container_id, ctx.account.access_token)
   if not status then return nil, err end
   if status == "PUBLISHED" then return published_media(ctx, ctx.account.access_token) end
+  -- For publish, which comes next in this run (a container waiting for
+  -- Meta comes back here every poll): it need not ask again.
+  ctx.container_status = { id = state.container_id, status = status, detail = err }
   return graph.not_found()
 end
 
