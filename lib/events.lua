@@ -9,6 +9,17 @@ local webhooks = require "webhooks"
 
 local M = {}
 
+-- The events, and in the same statement the ids of their clients with an
+-- endpoint to deliver to. A generic plan: the rows come as one JSON value,
+-- and a partition is chosen per row when it is inserted, not by the plan.
+local INSERT_SQL = [[/* generic plan */ WITH e AS (
+    INSERT INTO events (id, company_id, environment, client_id, type, data, body, created_at)
+    SELECT id, company_id, environment, client_id, type, data::jsonb, body, to_timestamp($2)
+      FROM jsonb_to_recordset($1::jsonb) AS e(id text, company_id text, environment text, client_id text,
+             type text, data text, body text)
+    RETURNING client_id)
+  SELECT id FROM api_clients WHERE id IN (SELECT client_id FROM e) AND ]] .. webhooks.ACTIVE_ENDPOINT
+
 -- Must run inside the caller's transaction. Returns the event id.
 function M.emit(client, type, data)
   return M.emit_many({ { client = client, type = type, data = data } })[1]
@@ -28,13 +39,9 @@ function M.emit_many(list)
       client_id = e.client.client_id, type = e.type, data = data_json, created_second = math.floor(created),
       body = webhooks.body(id, e.type, created, e.client.environment, data_json) }
   end
-  -- A generic plan: the rows come as one JSON value, and a partition is
-  -- chosen per row when it is inserted, not by the plan.
-  assert(db.exec([[/* generic plan */ INSERT INTO events (id, company_id, environment, client_id, type, data, body, created_at)
-      SELECT id, company_id, environment, client_id, type, data::jsonb, body, to_timestamp($2)
-        FROM jsonb_to_recordset($1::jsonb) AS e(id text, company_id text, environment text, client_id text,
-               type text, data text, body text)]], json.encode(rows), created))
-  webhooks.enqueue_many(rows)
+  local active = {}
+  for _, c in ipairs(assert(db.query(INSERT_SQL, json.encode(rows), created))) do active[c.id] = true end
+  webhooks.enqueue_many(rows, active)
   return ids
 end
 

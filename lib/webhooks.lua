@@ -61,22 +61,20 @@ function M.next_retry_in(attempt, created, now, random)
   return math.min(wait, deadline - now)
 end
 
+-- Which api_clients rows have an endpoint to deliver to, as a condition on
+-- them (lib/events.lua asks it in the statement that writes the events).
+M.ACTIVE_ENDPOINT = "webhook_url IS NOT NULL AND webhook_disabled_at IS NULL AND revoked_at IS NULL"
+
 -- A deliver_event job for each event ({id, client_id, created_second: the
--- Unix second it was created in}) whose client has an active endpoint.
--- Inside the transaction that writes the events, so a job exists exactly
--- when its event does.
-function M.enqueue_many(events)
-  local client_ids = {}
-  for _, e in ipairs(events) do client_ids[#client_ids + 1] = e.client_id end
-  local rows = assert(db.query([[/* generic plan */ SELECT id FROM api_clients
-      WHERE id IN (SELECT jsonb_array_elements_text($1::jsonb)) AND webhook_url IS NOT NULL
-        AND webhook_disabled_at IS NULL AND revoked_at IS NULL]], client_ids))
-  local active = {}
-  for _, r in ipairs(rows) do active[r.id] = true end
+-- Unix second it was created in}) whose client is in `active` (a set of
+-- client ids with an active endpoint). Inside the transaction that writes
+-- the events, so a job exists exactly when its event does.
+function M.enqueue_many(events, active)
   local payloads = {}
   for _, e in ipairs(events) do
     if active[e.client_id] then payloads[#payloads + 1] = { eventId = e.id, createdSecond = e.created_second } end
   end
+  if #payloads == 0 then return end
   -- Failed deliveries come back through retry_in, which never buries a
   -- job; max_attempts only bounds raised errors (a database outage, an
   -- unreadable secret).
