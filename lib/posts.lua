@@ -166,6 +166,10 @@ end
 -- hands it to M.settle_locked.
 M.POST_COLUMNS = POST_COLUMNS
 
+-- A post's final status and the end of its operation, in one statement.
+local FINAL_SQL = "/* generic plan */ WITH p AS (UPDATE posts SET status = $2, updated_at = now() WHERE id = $1) "
+  .. operations.finish_sql(3)
+
 -- After a target changed, inside the same transaction: derive the post's
 -- status; when every target is final, finish the operation and emit
 -- social.post.published to the client that created the post.
@@ -196,10 +200,8 @@ function M.settle_locked(post)
     return
   end
   local status = failed == 0 and "published" or (published > 0 and "partially_published" or "failed")
-  assert(db.exec("/* generic plan */ UPDATE posts SET status = $2, updated_at = now() WHERE id = $1", post_id, status))
-  local result = M.result(post_id, status, targets)
-  operations.finish(post.operation_id, status == "failed" and "failed" or "succeeded", result,
-    status == "failed" and { code = "publish_failed", message = "No target was published." } or nil)
+  assert(db.exec(FINAL_SQL, post_id, status, post.operation_id, status == "failed" and "failed" or "succeeded",
+    M.result(post_id, status, targets), status == "failed" and { code = "publish_failed", message = "No target was published." } or nil))
   local data = M.result(post_id, status, targets)
   data.operationId = post.operation_id
   data.externalReference = or_null(post.external_reference)
