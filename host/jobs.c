@@ -15,9 +15,9 @@
  * LISTEN sgw_jobs connection, woken by NOTIFY from enqueue, with
  * jobs.poll_interval_ms as the fallback for delayed and retried jobs.
  *
- * A job that ends done is deleted together with the others that ended in
- * the same turn of the loop (flush_done): one statement for many, instead
- * of one each. Until then it is neither running nor gone; were the instance
+ * A job that ends done is deleted together with the others that ended
+ * within BATCH_GAP_MS (flush_done): one statement for many, instead of one
+ * each; claims for the slots they freed are batched the same way. Until then it is neither running nor gone; were the instance
  * to die meanwhile, its lease would run out and it would run again, as it
  * would after a crash just before its DELETE (a handler must be safe to run
  * again, and publish_target finds its target final and does nothing).
