@@ -240,7 +240,7 @@ static void finish_job(runner *r, job *j, outcome out, double secs, const char *
     if (out == OUT_FAILED && j->attempts >= j->max_attempts) out = OUT_DEAD;
     PGresult *res = NULL;
     if (out == OUT_DONE) {
-        if (r->ndone == r->concurrency) flush_done(r); /* cannot happen: each turn ends fewer */
+        if (r->ndone == r->concurrency) flush_done(r); /* more ended within one batch than there are slots */
         r->done[r->ndone++] = j->id;
         log_msg(LOG_DEBUG, "job_done", "job %lld (%s) done on attempt %d", j->id, j->kind, j->attempts);
         count(j, "done");

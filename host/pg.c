@@ -92,6 +92,8 @@ struct sgw_pg {
     PGconn   *conn;
     int       tx_depth;          /* db.transaction nesting */
     int       begin_pending;     /* a job's BEGIN waits to go with its first statement */
+    int       begin_failed;      /* that BEGIN did not run: the transaction is aborted */
+    int       async_began;       /* the statement in flight carries the BEGIN */
     int       failed;            /* the last connection attempt failed */
     uint64_t  failed_at_ms;
     char      last_error[512];
@@ -303,12 +305,19 @@ static PGresult *exec_params(sgw_pg *pg, const char *sql, int n, const char *con
  * caller clears it), or NULL with f filled in. */
 static PGresult *run(sgw_pg *pg, const char *sql, int nparams, const char *const *vals,
                      pg_failure *f) {
+    if (pg->begin_failed) {
+        set_failure(f, "25P02", "%s", "current transaction is aborted: its BEGIN did not run");
+        return NULL;
+    }
     if (pg->begin_pending) {
         /* A job's transaction that has sent nothing yet, now used by code
          * that blocks (a nested coroutine): its BEGIN goes first. */
         pg->begin_pending = 0;
         PGresult *b = run(pg, "BEGIN", 0, NULL, f);
-        if (!b) return NULL;
+        if (!b) {
+            pg->begin_failed = pg->conn && PQstatus(pg->conn) == CONNECTION_OK;
+            return NULL;
+        }
         PQclear(b);
     }
     for (int attempt = 0;; attempt++) {
@@ -366,6 +375,12 @@ static int send_statement(PGconn *c, int how, const char *name, const char *sql,
  * transaction or savepoint. */
 static int send_async(sgw_pg *pg, const char *sql, int n, const char *const *vals, int simple,
                       pg_failure *f) {
+    if (!simple && pg->begin_failed) {
+        /* Statements after it would each commit alone: refused, as the
+         * server refuses them in a transaction a failure aborted. */
+        set_failure(f, "25P02", "%s", "current transaction is aborted: its BEGIN did not run");
+        return -1;
+    }
     if (ensure_connected(pg, f)) return -1;
     PGconn *c = pg->conn;
     async_clear(pg);
@@ -432,6 +447,7 @@ static int send_async(sgw_pg *pg, const char *sql, int n, const char *const *val
     pg->async = 1;
     pg->async_flush = fl == 1;
     if (begin) pg->begin_pending = 0;
+    pg->async_began = begin;
     return 0;
 }
 
@@ -580,6 +596,11 @@ static PGresult *async_take(sgw_pg *pg, pg_failure *f) {
     }
     PQclear(settings);
     int broken = pg->async_broken || !pg->conn;
+    /* Idle after a pipeline that carried BEGIN: something before it failed
+     * and the server rolled the pipeline back (a lost connection says so
+     * by itself). */
+    if (pg->async_began && !broken && PQtransactionStatus(pg->conn) == PQTRANS_IDLE) pg->begin_failed = 1;
+    pg->async_began = 0;
     pg->async = pg->async_done = pg->async_broken = 0;
     if (!broken && r) return r;
     if (pg->conn) failure_from_result(f, broken ? NULL : r, pg->conn);
@@ -675,7 +696,7 @@ void pg_reset_session(sgw_pg *pg) {
         PQclear(r);
     }
     pg->tx_depth = 0;
-    pg->begin_pending = 0;
+    pg->begin_pending = pg->begin_failed = 0;
 }
 
 struct pg_conn *pg_raw(sgw_pg *pg) {
@@ -1220,7 +1241,7 @@ static void tx_async_release(sgw_pgpool *p, sgw_pg *pg) {
  * when the outermost one ends. */
 static void tx_async_leave(const tx_step *s) {
     if (s->pg->tx_depth > 0) s->pg->tx_depth--;
-    if (!s->t->nested) s->pg->begin_pending = 0;
+    if (!s->t->nested) s->pg->begin_pending = s->pg->begin_failed = 0;
     if (!s->t->nested) tx_async_release(s->p, s->pg);
 }
 
@@ -1296,7 +1317,8 @@ static int tx_async_body(lua_State *L, int status, lua_KContext ctx) {
         return raise_failure(L, &f);
     }
     if (status != LUA_OK && status != LUA_YIELD) return tx_async_undo(L, &s);
-    if (s.pg->conn && PQstatus(s.pg->conn) == CONNECTION_OK && PQtransactionStatus(s.pg->conn) == PQTRANS_INERROR) {
+    if (s.pg->begin_failed ||
+        (s.pg->conn && PQstatus(s.pg->conn) == CONNECTION_OK && PQtransactionStatus(s.pg->conn) == PQTRANS_INERROR)) {
         s.t->aborted = 1;
         return tx_async_undo(L, &s);
     }
@@ -1328,19 +1350,6 @@ static int tx_async_started(const tx_step *s, pg_failure *f) {
     if (r && !ok) failure_from_result(f, r, s->pg->conn);
     PQclear(r);
     return ok ? 0 : -1;
-}
-
-static int tx_async_begin(lua_State *L, int status, lua_KContext ctx);
-
-/* The outer BEGIN a savepoint waited for; then the savepoint. On failure
- * the outer transaction's error path ends it and gives its connection back. */
-static int tx_async_outer_begun(lua_State *L, int status, lua_KContext ctx) {
-    (void)status;
-    (void)ctx;
-    tx_step s = tx_resumed(L);
-    pg_failure f;
-    if (tx_async_started(&s, &f)) return raise_failure(L, &f);
-    return tx_async_begin(L, 0, 0);
 }
 
 /* The savepoint's answer; then fn runs inside it. */
@@ -1375,6 +1384,12 @@ static int tx_async_begin(lua_State *L, int status, lua_KContext ctx) {
             return raise_failure(L, &f);
         }
         if (c > 0) return yield_on(L, s.p, 0, tx_async_begin);
+        if (!s.pg->conn || PQstatus(s.pg->conn) != CONNECTION_OK) {
+            /* The connection attempt failed: say why now, not at fn's first statement. */
+            set_failure(&f, "08001", "database unavailable: %s", s.pg->last_error[0] ? s.pg->last_error : "no connection");
+            pgpool_release(s.p, s.pg);
+            return raise_failure(L, &f);
+        }
         /* BEGIN waits for fn's first statement and goes in its pipeline
          * (send_async): a round trip less for every transaction. */
         s.pg->begin_pending = 1;
@@ -1382,18 +1397,12 @@ static int tx_async_begin(lua_State *L, int status, lua_KContext ctx) {
         int st = lua_pcallk(L, s.t->nargs, LUA_MULTRET, 0, 0, tx_async_body);
         return tx_async_body(L, st, 0);
     }
-    if (s.pg->begin_pending) {
-        /* A savepoint before the outer transaction sent anything: its
-         * BEGIN goes first, alone, behind the settings. */
-        s.pg->begin_pending = 0;
-        if (send_async(s.pg, "BEGIN", 0, NULL, 0, &f)) return raise_failure(L, &f);
-        pgpool_sent(s.p, s.pg);
-        return yield_on(L, s.p, 0, tx_async_outer_begun);
-    }
     char sql[64];
     snprintf(s.t->savepoint, sizeof s.t->savepoint, "sgw_tx_%d", s.pg->tx_depth + 1);
     snprintf(sql, sizeof sql, "SAVEPOINT %s", s.t->savepoint);
-    if (send_async(s.pg, sql, 0, NULL, 1, &f)) return raise_failure(L, &f);
+    /* A savepoint before the outer transaction sent anything takes its
+     * BEGIN along like a statement (extended protocol, in the pipeline). */
+    if (send_async(s.pg, sql, 0, NULL, !s.pg->begin_pending, &f)) return raise_failure(L, &f);
     pgpool_sent(s.p, s.pg);
     return yield_on(L, s.p, 0, tx_async_begun);
 }
