@@ -306,6 +306,14 @@ static void test_names(const char *url, PGconn *other) {
     worker_close(&w);
 }
 
+/* Lua: database.statement_timeout_ms back to the configured value. */
+static int restore_timeout(lua_State *L) {
+    (void)L;
+    char err[256];
+    if (config_set("database.statement_timeout_ms", "5000", err, sizeof err)) fprintf(stderr, "config: %s\n", err);
+    return 0;
+}
+
 static void test_on_database(const char *url) {
     PGconn *other = PQconnectdb(url);
     check(PQstatus(other) == CONNECTION_OK, "a second session", PQerrorMessage(other));
@@ -408,6 +416,30 @@ static void test_on_database(const char *url) {
     r = PQexec(other, "SELECT string_agg(who || n, ',' ORDER BY who, n) FROM pgpool_t");
     check(PQresultStatus(r) == PGRES_TUPLES_OK && strcmp(PQgetvalue(r, 0, 0), "first2") == 0,
           "a savepoint first kept the outer row only; the nested coroutine's row rolled back", PQgetvalue(r, 0, 0));
+    PQclear(r);
+
+    /* Something before the BEGIN fails (the settings: a statement_timeout
+     * PostgreSQL refuses), so the server rolls the first pipeline back and
+     * the transaction never began. With the setting good again, a statement
+     * after the caught failure is refused instead of committing alone, and
+     * the transaction raises instead of answering a COMMIT without one. */
+    char cerr[256] = "";
+    check(config_set("database.statement_timeout_ms", "3000000000", cerr, sizeof cerr) == 0,
+          "a timeout out of PostgreSQL's range", cerr);
+    lua_register(w.L, "restore_timeout", restore_timeout);
+    run_all(&w, (const char *const[]){
+        "local ok, err = pcall(db.transaction, function()\n"
+        "  local r, e = db.query('SELECT 1 AS one')\n"
+        "  check(r == nil and tostring(e):match('statement_timeout'), 'the first statement fails: ' .. tostring(e))\n"
+        "  restore_timeout()\n"
+        "  local n, e2, state = db.exec('INSERT INTO pgpool_t VALUES ($1, 1)', 'nobegin')\n"
+        "  check(n == nil and state == '25P02', 'the next one is refused: ' .. tostring(e2))\n"
+        "end)\n"
+        "check(not ok and tostring(err):match('rolled back'), 'the transaction raises: ' .. tostring(err))\n"
+        "check(db.query('SELECT 2 AS two')[1].two == 2, 'the connection serves the next caller')\n" }, 1);
+    r = PQexec(other, "SELECT count(*) FROM pgpool_t WHERE who = 'nobegin'");
+    check(PQresultStatus(r) == PGRES_TUPLES_OK && strcmp(PQgetvalue(r, 0, 0), "0") == 0,
+          "nothing of it was committed", PQgetvalue(r, 0, 0));
     PQclear(r);
 
     /* Backends killed while idle: the next statement reconnects once. */
