@@ -122,6 +122,9 @@ struct sgw_pg {
     PGresult *async_result;
 };
 
+/* What a statement of a transaction whose BEGIN never ran is told. */
+#define BEGIN_NOT_RUN "current transaction is aborted: its BEGIN did not run"
+
 /* The messages of a pipeline. */
 enum { PART_PREPARE_SETTINGS, PART_SETTINGS, PART_BEGIN, PART_PLAN_MODE, PART_PREPARE, PART_STATEMENT };
 
@@ -306,7 +309,7 @@ static PGresult *exec_params(sgw_pg *pg, const char *sql, int n, const char *con
 static PGresult *run(sgw_pg *pg, const char *sql, int nparams, const char *const *vals,
                      pg_failure *f) {
     if (pg->begin_failed) {
-        set_failure(f, "25P02", "%s", "current transaction is aborted: its BEGIN did not run");
+        set_failure(f, "25P02", "%s", BEGIN_NOT_RUN);
         return NULL;
     }
     if (pg->begin_pending) {
@@ -378,7 +381,7 @@ static int send_async(sgw_pg *pg, const char *sql, int n, const char *const *val
     if (!simple && pg->begin_failed) {
         /* Statements after it would each commit alone: refused, as the
          * server refuses them in a transaction a failure aborted. */
-        set_failure(f, "25P02", "%s", "current transaction is aborted: its BEGIN did not run");
+        set_failure(f, "25P02", "%s", BEGIN_NOT_RUN);
         return -1;
     }
     if (ensure_connected(pg, f)) return -1;
@@ -1340,25 +1343,20 @@ static int tx_async_body(lua_State *L, int status, lua_KContext ctx) {
     return yield_on(L, s.p, 0, tx_async_ended);
 }
 
-/* The answer to a BEGIN or SAVEPOINT: 0, or -1 with f filled in. */
-static int tx_async_started(const tx_step *s, pg_failure *f) {
-    /* async_take clears pg->async: a broken BEGIN must keep its own failure. */
-    int answered = s->pg && s->pg->async;
-    PGresult *r = answered ? async_take(s->pg, f) : NULL;
-    if (!answered) set_failure(f, "57014", "%s", "the transaction's start was interrupted");
-    int ok = r && PQresultStatus(r) == PGRES_COMMAND_OK;
-    if (r && !ok) failure_from_result(f, r, s->pg->conn);
-    PQclear(r);
-    return ok ? 0 : -1;
-}
-
 /* The savepoint's answer; then fn runs inside it. */
 static int tx_async_begun(lua_State *L, int status, lua_KContext ctx) {
     (void)status;
     (void)ctx;
     tx_step s = tx_resumed(L);
     pg_failure f;
-    if (tx_async_started(&s, &f)) return raise_failure(L, &f);
+    /* async_take clears pg->async: a broken SAVEPOINT must keep its own failure. */
+    int answered = s.pg && s.pg->async;
+    PGresult *r = answered ? async_take(s.pg, &f) : NULL;
+    if (!answered) set_failure(&f, "57014", "%s", "the transaction's start was interrupted");
+    int ok = r && PQresultStatus(r) == PGRES_COMMAND_OK;
+    if (r && !ok) failure_from_result(&f, r, s.pg->conn);
+    PQclear(r);
+    if (!ok) return raise_failure(L, &f);
     s.pg->tx_depth++;
     int st = lua_pcallk(L, s.t->nargs, LUA_MULTRET, 0, 0, tx_async_body);
     return tx_async_body(L, st, 0);
