@@ -3,8 +3,9 @@
 -- second container, and a container is never published twice.
 --
 --   1. POST /{ig-user}/media (image_url, caption) -> container; saved at once
---   2. GET /{container}?fields=status_code until FINISHED. Still IN_PROGRESS:
---      publish returns {status = "retry_later", retry_in = poll seconds} and
+--   2. GET /{container}?fields=status_code until FINISHED, first a while after
+--      the container was made, then once per poll interval, as Meta asks. Until
+--      then publish returns {status = "retry_later", retry_in = seconds} and
 --      the job calls publish again later with the saved state.
 --   3. POST /{ig-user}/media_publish (creation_id) -> media id, once the
 --      publishing quota has room (platforms.instagram_quota): a used-up quota
@@ -51,10 +52,10 @@ local function existing_media(ctx, token)
 end
 
 -- The container of this target: the saved one, or a new one saved before
--- anything else happens.
+-- anything else happens (then true as well: just made).
 local function container_of(ctx, token)
   local state = ctx.target.adapter_state
-  if state.container_id then return state.container_id end
+  if state.container_id then return state.container_id, false end
   local created, err = graph.call("POST", ctx.account.platform_account_id .. "/media", {
     image_url = ctx.post.image and ctx.post.image.url, caption = ctx.post.content.message,
   }, token)
@@ -64,7 +65,7 @@ local function container_of(ctx, token)
   local saved = { container_id = created.id, container_created_at = clock.now() }
   ctx.save_state(saved)
   for k, v in pairs(saved) do state[k] = v end
-  return created.id
+  return created.id, true
 end
 
 function M.publish(ctx)
@@ -74,8 +75,13 @@ function M.publish(ctx)
     local wait = quota.check(ctx.account)
     if wait then return { status = "error", error = wait } end
   end
-  local container, err = container_of(ctx, token)
-  if not container then return graph.failed(err, false) end
+  local container, made = container_of(ctx, token)
+  if not container then return graph.failed(made, false) end
+  -- Meta asks for one status query a minute: the first is spent when the
+  -- container has had time to be ready, not the moment it was made.
+  if made then
+    return { status = "retry_later", retry_in = config.get("meta.instagram_container_first_poll_seconds") }
+  end
 
   -- resolve, in this same run, may have just read it: Meta asks for one
   -- status query a poll, not two a moment apart.

@@ -51,6 +51,7 @@ describe("Instagram image URLs", function()
       ["crypto.encryption_key"] = stack.ENCRYPTION_KEY,
       ["meta.graph_base_url"] = fake.graph_url,
       ["meta.request_timeout_seconds"] = 2,
+      ["meta.instagram_container_first_poll_seconds"] = 0.2,
       ["meta.instagram_container_poll_seconds"] = 0.2,
       ["api.rate_limit.per_minute"] = 1000000,
       ["posts.image_fetch_timeout_seconds"] = 1,

@@ -26,6 +26,7 @@ describe("Instagram publishing", function()
       ["crypto.encryption_key"] = stack.ENCRYPTION_KEY,
       ["meta.graph_base_url"] = fake.graph_url,
       ["meta.request_timeout_seconds"] = 2,
+      ["meta.instagram_container_first_poll_seconds"] = 0.2,
       ["meta.instagram_container_poll_seconds"] = 0.2,
       ["publishing.retry.base_seconds"] = 0.2,
       ["publishing.retry.max_seconds"] = 1,

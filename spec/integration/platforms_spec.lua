@@ -18,6 +18,7 @@ describe("platform adapters against the fake Graph API", function()
       ["lua.root"] = fixture_root.create("platforms"),
       ["meta.graph_base_url"] = fake.graph_url,
       ["meta.request_timeout_seconds"] = 1,
+      ["meta.instagram_container_first_poll_seconds"] = 1,
       ["meta.instagram_container_poll_seconds"] = 1,
     } })
   end)

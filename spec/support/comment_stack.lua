@@ -23,6 +23,7 @@ function M.start(opts)
     ["meta.app_id"] = fake_graph.APP_ID,
     ["meta.app_secret"] = M.APP_SECRET,
     ["meta.request_timeout_seconds"] = 2,
+    ["meta.instagram_container_first_poll_seconds"] = 0.2,
     ["meta.instagram_container_poll_seconds"] = 0.2,
     ["publishing.retry.base_seconds"] = 0.2,
     ["publishing.retry.max_seconds"] = 1,

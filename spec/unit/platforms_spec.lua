@@ -10,7 +10,7 @@ local logged, saved
 
 local function install()
   fake_host.install({ ["meta.graph_base_url"] = BASE, ["meta.instagram_container_poll_seconds"] = 2,
-    ["meta.instagram_container_max_wait_seconds"] = 300 })
+    ["meta.instagram_container_first_poll_seconds"] = 5, ["meta.instagram_container_max_wait_seconds"] = 300 })
   clock.set(T0)
   logged, saved = {}, {}
   local function capture(level)
@@ -174,15 +174,21 @@ describe("instagram adapter", function()
     return c
   end
 
-  it("creates a container, saves it before anything else, waits for FINISHED and publishes it", function()
+  it("creates a container, saves it before anything else, asks its status after the first wait and publishes it", function()
     on("POST 17841400000000001/media", ok({ id = "c-1" }))
+    local c = ig_ctx()
+    -- No status query the moment the container is made: Meta's one a minute
+    -- is spent when it has had time to be ready.
+    assert.same({ status = "retry_later", retry_in = 5 }, instagram.publish(c))
+    assert.same({ image_url = "https://media.example/a.jpg", caption = "Caption #one", access_token = TOKEN }, calls[1].params)
+    assert.same({ container_id = "c-1", container_created_at = T0 }, calls[2].save_state)
+    assert.equal(2, #calls)
+    clock.set(T0 + 5)
     on("GET c-1", ok({ status_code = "FINISHED", id = "c-1" }))
     on("POST 17841400000000001/media_publish", ok({ id = "m-1" }))
     on("GET m-1", ok({ permalink = "https://www.instagram.com/p/abc/" }))
-    local outcome = instagram.publish(ig_ctx())
-    assert.same({ status = "published", platform_post_id = "m-1", permalink_url = "https://www.instagram.com/p/abc/" }, outcome)
-    assert.same({ image_url = "https://media.example/a.jpg", caption = "Caption #one", access_token = TOKEN }, calls[1].params)
-    assert.same({ container_id = "c-1", container_created_at = T0 }, calls[2].save_state)
+    assert.same({ status = "published", platform_post_id = "m-1", permalink_url = "https://www.instagram.com/p/abc/" },
+      instagram.publish(c))
     assert.same({ fields = "status_code,status", access_token = TOKEN }, calls[3].params)
     assert.same({ creation_id = "c-1", access_token = TOKEN }, calls[4].params)
     assert_no_token_logged()
@@ -199,12 +205,14 @@ describe("instagram adapter", function()
 
   it("asks to be called again while the container is IN_PROGRESS", function()
     on("POST 17841400000000001/media", ok({ id = "c-2" }))
-    on("GET c-2", ok({ status_code = "IN_PROGRESS" }))
     local c = ig_ctx()
-    assert.same({ status = "retry_later", retry_in = 2 }, instagram.publish(c))
+    assert.same({ status = "retry_later", retry_in = 5 }, instagram.publish(c))
     assert.equal("c-2", c.target.adapter_state.container_id)
-    -- later, with the saved state: same container
-    clock.set(T0 + 2)
+    -- later, with the saved state: same container, then once per poll interval
+    clock.set(T0 + 5)
+    on("GET c-2", ok({ status_code = "IN_PROGRESS" }))
+    assert.same({ status = "retry_later", retry_in = 2 }, instagram.publish(c))
+    clock.set(T0 + 7)
     on("GET c-2", ok({ status_code = "FINISHED" }))
     on("POST 17841400000000001/media_publish", ok({ id = "m-2" }))
     on("GET m-2", ok({}))
