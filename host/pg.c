@@ -618,6 +618,17 @@ void pg_drop(sgw_pg *pg) {
     if (pg) drop_connection(pg);
 }
 
+/* For a connection whose user is gone: the server rolls the transaction
+ * back with the session, and the next user starts clean (pg_drop alone
+ * would leave the transaction's depth, and every later statement would be
+ * told the connection was lost during it). */
+void pg_abandon(sgw_pg *pg) {
+    if (!pg) return;
+    drop_connection(pg);
+    pg->tx_depth = 0;
+    pg->begin_pending = pg->begin_failed = 0;
+}
+
 /* ------------------------------------------------------------ C API */
 
 sgw_pg *pg_open(const char *conninfo) {

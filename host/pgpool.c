@@ -257,7 +257,7 @@ void pgpool_forget(sgw_pgpool *p, lua_State *co) {
         /* A statement still in flight or a transaction left open: the
          * connection's state is not known to be clean. Dropping it makes the
          * server roll back; the next user reconnects. */
-        if (s->sent || s->held || pg_in_transaction(s->pg)) pg_drop(s->pg);
+        if (s->sent || s->held || pg_in_transaction(s->pg)) pg_abandon(s->pg);
         s->user = NULL;
         s->held = 0;
         s->sent = 0;

@@ -200,6 +200,7 @@ int     pg_worker_in_transaction(sgw_worker *w, lua_State *L);
 int     pg_async_fd(sgw_pg *pg, short *events);
 int     pg_async_step(sgw_pg *pg, short revents);
 void    pg_drop(sgw_pg *pg);                       /* closes the connection */
+void    pg_abandon(sgw_pg *pg);                    /* closes it and forgets its transaction */
 
 /* ------------------------------------------------------------- pgstmt.c
  * The statements a connection has prepared (named by a hash of their

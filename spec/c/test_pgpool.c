@@ -307,6 +307,33 @@ static void test_names(const char *url, PGconn *other) {
 }
 
 /* Lua: database.statement_timeout_ms back to the configured value. */
+/* A coroutine given up in the middle of a transaction (its job abandoned
+ * when a drain runs out, say): its connection is dropped, and the next
+ * coroutine on that slot gets a fresh session, not a failure about a
+ * transaction that is no longer anybody's. */
+static void test_forgotten_in_transaction(const char *url) {
+    sgw_worker w;
+    worker_open(&w, 0, url, 1);
+    run_one(&w, "assert(db.query('SELECT 1'))");   /* connected: the next yield is the statement's */
+    lua_State *co = lua_newthread(w.L);
+    int ref = luaL_ref(w.L, LUA_REGISTRYINDEX);
+    check(luaL_loadstring(co, "db.transaction(function() db.query('SELECT pg_sleep(0.05)') end)") == LUA_OK,
+          "chunk compiles", NULL);
+    pgpool_set_current(w.pgpool, co);
+    int nres = 0;
+    int st = lua_resume(co, w.L, 0, &nres);
+    pgpool_set_current(w.pgpool, NULL);
+    check(st == LUA_YIELD, "the transaction's first statement is in flight", NULL);
+    lua_pop(co, nres);
+    pgpool_forget(w.pgpool, co);
+    luaL_unref(w.L, LUA_REGISTRYINDEX, ref);
+    run_one(&w, "local r, e = db.query('SELECT 3 AS three')\n"
+                "check(r and r[1].three == 3, 'the next user of the connection: ' .. tostring(e))\n"
+                "local ok, err = pcall(db.transaction, function() assert(db.exec('SELECT 1')) end)\n"
+                "check(ok, 'and a transaction of its own: ' .. tostring(err))\n");
+    worker_close(&w);
+}
+
 static int restore_timeout(lua_State *L) {
     (void)L;
     char err[256];
@@ -467,6 +494,7 @@ static void test_on_database(const char *url) {
     };
     run_all(&w, begin_broken, 1);
 
+    test_forgotten_in_transaction(url);
     test_names(url, other);                      /* last: it turns names off */
     PQclear(PQexec(other, "DROP TABLE pgpool_t"));
     PQfinish(other);
