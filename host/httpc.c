@@ -78,6 +78,7 @@ struct xfer {
     size_t             body_limit; /* the call's max_body_bytes (or limit) */
     int                too_large;
     int                denied;     /* deny_private_addresses refused the peer */
+    int                unwatched;  /* errno: the loop could not wait on its socket */
     CURLcode           rc;
     long               status;
     lua_State         *co;         /* the waiting coroutine */
@@ -94,6 +95,7 @@ struct sgw_httpc {
     lua_State *current;            /* coroutine the runner is resuming */
     int        epfd;               /* the sockets curl waits on (on_socket) */
     int        timer_set;          /* curl asked to be called at timer_at */
+    int        unwatched;          /* some running transfer has x->unwatched set */
     uint64_t   timer_at;           /* monotonic ms */
 };
 
@@ -611,8 +613,16 @@ static int on_socket(CURL *easy, curl_socket_t fd, int what, void *userp, void *
                               .data.fd = fd };
     if (epoll_ctl(h->epfd, EPOLL_CTL_MOD, fd, &ev) == 0) return 0;
     if (errno == ENOENT && epoll_ctl(h->epfd, EPOLL_CTL_ADD, fd, &ev) == 0) return 0;
-    log_msg(LOG_WARN, "http_poll_failed", "cannot wait on an outbound socket: %s", strerror(errno));
-    return -1;
+    int err = errno;
+    log_msg(LOG_WARN, "http_poll_failed", "cannot wait on an outbound socket: %s", strerror(err));
+    /* An error returned to curl would fail every transfer of the multi:
+     * only this one fails (fail_unwatched, once curl has returned). */
+    char *priv = NULL;
+    if (easy) curl_easy_getinfo(easy, CURLINFO_PRIVATE, &priv);
+    if (!priv) return -1;
+    ((xfer *)priv)->unwatched = err;
+    h->unwatched = 1;
+    return 0;
 }
 
 /* When curl wants to be called with CURL_SOCKET_TIMEOUT (-1: never). */
@@ -711,6 +721,26 @@ static xfer *collect_done(sgw_httpc *h) {
     return done;
 }
 
+/* Ends the running transfers whose socket the loop could not wait on, as
+ * failures that may have reached the server (a request may have gone out
+ * before the socket's next wait). Returns them as a list. */
+static xfer *fail_unwatched(sgw_httpc *h) {
+    xfer *failed = NULL;
+    h->unwatched = 0;
+    for (xfer *x = h->running.head, *next; x; x = next) {
+        next = x->next;
+        if (!x->unwatched) continue;
+        curl_multi_remove_handle(h->multi, x->easy);
+        xlist_remove(&h->running, x);
+        x->rc = CURLE_RECV_ERROR;
+        snprintf(x->errbuf, sizeof x->errbuf, "cannot wait on the connection's socket: %s", strerror(x->unwatched));
+        x->done = 1;
+        x->done_next = failed;
+        failed = x;
+    }
+    return failed;
+}
+
 static void deliver(xfer *done, void (*on_ready)(lua_State *, int, void *), void *ud) {
     while (done) {
         xfer *x = done;
@@ -772,10 +802,12 @@ void httpc_poll(sgw_httpc *h, int timeout_ms, struct pollfd *extra, int nextra,
         curl_multi_socket_action(h->multi, CURL_SOCKET_TIMEOUT, 0, &still);
     }
     xfer *done = collect_done(h);
+    xfer *unwatched = h->unwatched ? fail_unwatched(h) : NULL;
     /* Refill the freed slots before running Lua, so queued transfers start
      * while the finished ones are being handled. */
     promote(h, &failed);
     deliver(done, on_ready, ud);
+    deliver(unwatched, on_ready, ud);
     deliver(failed, on_ready, ud);
 }
 

@@ -9,7 +9,9 @@
 #include "sgw.h"
 #include "check.h"
 
+#include <errno.h>
 #include <signal.h>
+#include <sys/epoll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +20,19 @@
 #include <unistd.h>
 
 void httpc_set_current(sgw_httpc *h, lua_State *co);
+
+/* The build links this test with --wrap=epoll_ctl: the engine's calls come
+ * here, and the next `refuse_adds` additions to an epoll set fail. */
+int __real_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev);
+static int refuse_adds;
+int __wrap_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev) {
+    if (op == EPOLL_CTL_ADD && refuse_adds > 0) {
+        refuse_adds--;
+        errno = ENOSPC;
+        return -1;
+    }
+    return __real_epoll_ctl(epfd, op, fd, ev);
+}
 
 static int port;
 static pid_t server;
@@ -254,6 +269,35 @@ static void test_address_rule(void) {
     }
 }
 
+/* A socket the loop cannot wait on fails its own transfer, as one that may
+ * have reached the server, and no other (an error returned to curl would
+ * fail every transfer of the multi). */
+static void test_unwatched_socket(void) {
+    sgw_worker w = { .id = 0, .role = "job" };
+    w.httpc = httpc_new(4);
+    lua_State *L = new_state(&w);
+    luaL_dostring(L, "results = {}\n"
+                     "function fn(i)\n"
+                     "  local r, err, kind = http.request{url = 'http://127.0.0.1:' .. PORT .. '/x?delay=100'}\n"
+                     "  results[#results + 1] = r and tostring(r.status) or (tostring(kind) .. ': ' .. tostring(err))\n"
+                     "end");
+    run r = { .w = &w, .L = L };
+    int refs[3];
+    refuse_adds = 1;
+    spawn(&r, 3, refs);
+    double t0 = now_ms();
+    while (r.finished < 3 && now_ms() - t0 < 5000) httpc_poll(w.httpc, 100, NULL, 0, on_ready, &r);
+    refuse_adds = 0;
+    luaL_dostring(L, "table.sort(results) return table.concat(results, ' | ')");
+    const char *got = lua_tostring(L, -1);
+    check(got && strcmp(got, "200 | 200 | protocol: cannot wait on the connection's socket: No space left on device") == 0 &&
+              r.errors == 0, "only the transfer whose socket could not be watched fails", got ? got : r.last_error);
+    lua_settop(L, 0);
+    for (int i = 0; i < 3; i++) luaL_unref(L, LUA_REGISTRYINDEX, refs[i]);
+    lua_close(L);
+    httpc_free(w.httpc);
+}
+
 /* Transfers whose coroutines never resume: freed whichever of the engine
  * and the Lua state goes first. */
 static void test_abandoned(int state_first) {
@@ -322,6 +366,7 @@ int main(void) {
     test_concurrent();
     test_blocking_and_errors();
     test_nested();
+    test_unwatched_socket();
     test_abandoned(1);
     test_abandoned(0);
     kill(server, SIGTERM);
