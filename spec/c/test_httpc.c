@@ -120,6 +120,21 @@ static lua_State *new_state(sgw_worker *w) {
     return L;
 }
 
+/* A job worker's engine (4 transfers at once) and a state defining fn. */
+static lua_State *job_state(sgw_worker *w, const char *fn_code) {
+    *w = (sgw_worker){ .id = 0, .role = "job" };
+    w->httpc = httpc_new(4);
+    lua_State *L = new_state(w);
+    if (luaL_dostring(L, fn_code)) check(0, "fn compiles", lua_tostring(L, -1));
+    return L;
+}
+
+/* Turns the engine until n coroutines have finished (or 5 s passed). */
+static void drive(run *r, int n) {
+    double t0 = now_ms();
+    while (r->finished < n && now_ms() - t0 < 5000) httpc_poll(r->w->httpc, 100, NULL, 0, on_ready, r);
+}
+
 static int run_lua(lua_State *L, const char *code, char *why, size_t n) {
     if (luaL_dostring(L, code)) {
         snprintf(why, n, "%s", lua_tostring(L, -1));
@@ -273,20 +288,17 @@ static void test_address_rule(void) {
  * have reached the server, and no other (an error returned to curl would
  * fail every transfer of the multi). */
 static void test_unwatched_socket(void) {
-    sgw_worker w = { .id = 0, .role = "job" };
-    w.httpc = httpc_new(4);
-    lua_State *L = new_state(&w);
-    luaL_dostring(L, "results = {}\n"
-                     "function fn(i)\n"
-                     "  local r, err, kind = http.request{url = 'http://127.0.0.1:' .. PORT .. '/x?delay=100'}\n"
-                     "  results[#results + 1] = r and tostring(r.status) or (tostring(kind) .. ': ' .. tostring(err))\n"
-                     "end");
+    sgw_worker w;
+    lua_State *L = job_state(&w, "results = {}\n"
+                                 "function fn(i)\n"
+                                 "  local r, err, kind = http.request{url = 'http://127.0.0.1:' .. PORT .. '/x?delay=100'}\n"
+                                 "  results[#results + 1] = r and tostring(r.status) or (tostring(kind) .. ': ' .. tostring(err))\n"
+                                 "end");
     run r = { .w = &w, .L = L };
     int refs[3];
     refuse_adds = 1;
     spawn(&r, 3, refs);
-    double t0 = now_ms();
-    while (r.finished < 3 && now_ms() - t0 < 5000) httpc_poll(w.httpc, 100, NULL, 0, on_ready, &r);
+    drive(&r, 3);
     refuse_adds = 0;
     luaL_dostring(L, "table.sort(results) return table.concat(results, ' | ')");
     const char *got = lua_tostring(L, -1);
@@ -301,11 +313,9 @@ static void test_unwatched_socket(void) {
 /* Transfers whose coroutines never resume: freed whichever of the engine
  * and the Lua state goes first. */
 static void test_abandoned(int state_first) {
-    sgw_worker w = { .id = 0, .role = "job" };
-    w.httpc = httpc_new(4);
-    lua_State *L = new_state(&w);
-    luaL_dostring(L, "function fn(i) http.request{url = 'http://127.0.0.1:' .. PORT .. '/x?delay=5000'}\n"
-                     "  error('resumed') end");
+    sgw_worker w;
+    lua_State *L = job_state(&w, "function fn(i) http.request{url = 'http://127.0.0.1:' .. PORT .. '/x?delay=5000'}\n"
+                                 "  error('resumed') end");
     run r = { .w = &w, .L = L };
     int refs[10];
     spawn(&r, 10, refs);
@@ -327,22 +337,19 @@ static void test_abandoned(int state_first) {
 /* Only the coroutine being resumed by the runner yields; a coroutine of its
  * own inside a job blocks instead of yielding to the wrong resumer. */
 static void test_nested(void) {
-    sgw_worker w = { .id = 0, .role = "job" };
-    w.httpc = httpc_new(4);
-    lua_State *L = new_state(&w);
-    luaL_dostring(L, "function fn(i)\n"
-                     "  local inner = coroutine.wrap(function()\n"
-                     "    local r = http.request{url = 'http://127.0.0.1:' .. PORT .. '/x?delay=0'}\n"
-                     "    return r and r.status end)\n"
-                     "  local a = inner()\n"
-                     "  local ok, r = pcall(http.request, {url = 'http://127.0.0.1:' .. PORT .. '/x?delay=50'})\n"
-                     "  nested = tostring(a) .. ' ' .. tostring(ok and r.status)\n"
-                     "end");
+    sgw_worker w;
+    lua_State *L = job_state(&w, "function fn(i)\n"
+                                 "  local inner = coroutine.wrap(function()\n"
+                                 "    local r = http.request{url = 'http://127.0.0.1:' .. PORT .. '/x?delay=0'}\n"
+                                 "    return r and r.status end)\n"
+                                 "  local a = inner()\n"
+                                 "  local ok, r = pcall(http.request, {url = 'http://127.0.0.1:' .. PORT .. '/x?delay=50'})\n"
+                                 "  nested = tostring(a) .. ' ' .. tostring(ok and r.status)\n"
+                                 "end");
     run r = { .w = &w, .L = L };
     int ref;
     spawn(&r, 1, &ref);
-    double t0 = now_ms();
-    while (r.finished < 1 && now_ms() - t0 < 5000) httpc_poll(w.httpc, 100, NULL, 0, on_ready, &r);
+    drive(&r, 1);
     lua_getglobal(L, "nested");
     const char *got = lua_tostring(L, -1);
     check(got && strcmp(got, "200 200") == 0 && r.errors == 0, "nested coroutine blocks; pcall'd call yields",
