@@ -50,6 +50,11 @@
 #include <sys/stat.h>
 
 #define MAX_PARAMS            64
+/* Statements of one db.batch, and the messages of a pipeline at most: the
+ * settings (prepared), BEGIN, and per statement a plan mode, a prepare and
+ * itself. */
+#define BATCH_MAX             4
+#define PIPELINE_MAX          (3 + 3 * BATCH_MAX)
 /* While the server is unreachable, a worker tries again at most this often,
  * so that a dead database costs each request one quick failure. */
 #define RECONNECT_INTERVAL_MS 1000
@@ -107,19 +112,22 @@ struct sgw_pg {
     int       async_done;        /* the answer is complete (or the connection broke) */
     int       async_broken;      /* the connection must be dropped once the answer is read */
     int       async_nulls;       /* end-of-statement markers seen (pipeline) */
-    /* What each message of the pipeline is (PART_*), and what the server
-     * prepared; the statement's text to remember once it has. */
-    unsigned char async_part[6];
+    /* What each message of the pipeline is (PART_*) and which statement of
+     * a batch it serves, and what the server prepared; the statements'
+     * texts to remember once it has. */
+    unsigned char async_part[PIPELINE_MAX];
+    unsigned char async_stmt[PIPELINE_MAX];
+    int       async_nstmt;       /* statements sent (db.batch: more than one) */
     int       plan_generic;      /* the transaction's plan mode: 1 generic, 0 custom, -1 not known */
-    int       async_prepared;    /* bits: 1 the settings, 2 the statement */
+    int       async_prepared;    /* bits: 1 the settings, 2 << k statement k */
     int       async_named;       /* something was sent by name */
-    char     *async_sql;         /* the statement being prepared (owned) */
+    char     *async_sql[BATCH_MAX]; /* the statements being prepared (owned) */
     sgw_pgstmt *stmts;           /* prepared on this connection (owned) */
     int       connecting;        /* a connection started without waiting (connect_async) */
     PostgresPollingStatusType connect_wants;
     PGTransactionStatusType async_before;
-    PGresult *async_settings;    /* the first failure before the statement */
-    PGresult *async_result;
+    PGresult *async_settings;    /* the first failure before the statements */
+    PGresult *async_result[BATCH_MAX];
 };
 
 /* What a statement of a transaction whose BEGIN never ran is told. */
@@ -198,12 +206,16 @@ static PGconn *connect_session(const char *conninfo, const char *setup_sql, int 
 
 static void async_clear(sgw_pg *pg) {
     PQclear(pg->async_settings);
-    PQclear(pg->async_result);
-    pg->async_settings = pg->async_result = NULL;
+    pg->async_settings = NULL;
+    for (int k = 0; k < BATCH_MAX; k++) {
+        PQclear(pg->async_result[k]);
+        pg->async_result[k] = NULL;
+        free(pg->async_sql[k]);
+        pg->async_sql[k] = NULL;
+    }
     pg->async = pg->async_pipeline = pg->async_flush = pg->async_done = 0;
     pg->async_broken = pg->async_nulls = pg->async_prepared = pg->async_named = 0;
-    free(pg->async_sql);
-    pg->async_sql = NULL;
+    pg->async_nstmt = 0;
 }
 
 static void drop_connection(sgw_pg *pg) {
@@ -376,8 +388,14 @@ static int send_statement(PGconn *c, int how, const char *name, const char *sql,
  * transaction takes its BEGIN along (begin_pending). simple: a
  * simple-protocol string (no parameters), for the statements that end a
  * transaction or savepoint. */
-static int send_async(sgw_pg *pg, const char *sql, int n, const char *const *vals, int simple,
-                      pg_failure *f) {
+/* One statement of what send_batch sends. */
+typedef struct out_stmt {
+    const char         *sql;
+    int                 n;
+    const char *const  *vals;
+} out_stmt;
+
+static int send_batch(sgw_pg *pg, const out_stmt *st, int nstmt, int simple, pg_failure *f) {
     if (!simple && pg->begin_failed) {
         /* Statements after it would each commit alone: refused, as the
          * server refuses them in a transaction a failure aborted. */
@@ -388,41 +406,56 @@ static int send_async(sgw_pg *pg, const char *sql, int n, const char *const *val
     PGconn *c = pg->conn;
     async_clear(pg);
     pg->async_before = PQtransactionStatus(c);
+    pg->async_nstmt = nstmt;
     int ok = PQsetnonblocking(c, 1) == 0;
-    /* What goes: [prepare settings, settings,] [prepare,] the statement. */
+    /* What goes: [prepare settings, settings, BEGIN,] and for each statement
+     * [plan mode,] [prepare,] the statement. */
     int settings = !simple && pg->async_before == PQTRANS_IDLE;
     int begin = settings && pg->begin_pending;
     int names = !simple && pg->stmts && !names_refused && config_bool("database.prepared_statements");
-    char settings_name[PGSTMT_NAME_LEN], name[PGSTMT_NAME_LEN];
+    char settings_name[PGSTMT_NAME_LEN], name[BATCH_MAX][PGSTMT_NAME_LEN];
+    int how[BATCH_MAX], generic[BATCH_MAX];
     int settings_how = names && settings ? pgstmt_lookup(pg->stmts, TX_SETTINGS_SQL, settings_name)
                                          : PGSTMT_UNNAMED;
-    int how = names ? pgstmt_lookup(pg->stmts, sql, name) : PGSTMT_UNNAMED;
-    if (how == PGSTMT_TO_PREPARE && !(pg->async_sql = strdup(sql))) how = PGSTMT_UNNAMED;
-    /* Only a named statement keeps a plan; an unnamed one is planned anew. */
-    int generic = how != PGSTMT_UNNAMED && strncmp(sql, GENERIC_PLAN_MARK, sizeof GENERIC_PLAN_MARK - 1) == 0;
+    pg->async_named = settings_how != PGSTMT_UNNAMED;
+    for (int k = 0; k < nstmt; k++) {
+        how[k] = names ? pgstmt_lookup(pg->stmts, st[k].sql, name[k]) : PGSTMT_UNNAMED;
+        for (int j = 0; j < k && how[k] == PGSTMT_TO_PREPARE; j++)
+            if (how[j] == PGSTMT_TO_PREPARE && strcmp(st[j].sql, st[k].sql) == 0) how[k] = PGSTMT_UNNAMED;
+        if (how[k] == PGSTMT_TO_PREPARE && !(pg->async_sql[k] = strdup(st[k].sql))) how[k] = PGSTMT_UNNAMED;
+        /* Only a named statement keeps a plan; an unnamed one is planned anew. */
+        generic[k] = how[k] != PGSTMT_UNNAMED &&
+                     strncmp(st[k].sql, GENERIC_PLAN_MARK, sizeof GENERIC_PLAN_MARK - 1) == 0;
+        if (how[k] != PGSTMT_UNNAMED) pg->async_named = 1;
+    }
     int parts = 0;
+#define PART(kind, k) (pg->async_stmt[parts] = (unsigned char)(k), pg->async_part[parts++] = (kind))
     if (settings) {
-        if (settings_how == PGSTMT_TO_PREPARE) pg->async_part[parts++] = PART_PREPARE_SETTINGS;
-        pg->async_part[parts++] = PART_SETTINGS;
-        pg->plan_generic = generic;
-        if (begin) pg->async_part[parts++] = PART_BEGIN;
+        if (settings_how == PGSTMT_TO_PREPARE) PART(PART_PREPARE_SETTINGS, 0);
+        PART(PART_SETTINGS, 0);
+        pg->plan_generic = generic[0];
+        if (begin) PART(PART_BEGIN, 0);
     } else if (simple) {
         pg->plan_generic = -1;   /* ROLLBACK TO SAVEPOINT may undo a change of mode */
-    } else if (generic != pg->plan_generic) {
-        pg->async_part[parts++] = PART_PLAN_MODE;
-        pg->plan_generic = generic;
     }
-    const char *const mode[1] = { generic ? PLAN_GENERIC : PLAN_CUSTOM };
-    if (how == PGSTMT_TO_PREPARE) pg->async_part[parts++] = PART_PREPARE;
-    pg->async_part[parts++] = PART_STATEMENT;
-    pg->async_named = how != PGSTMT_UNNAMED || settings_how != PGSTMT_UNNAMED;
+    for (int k = 0; k < nstmt; k++) {
+        if (!simple && generic[k] != pg->plan_generic) {
+            PART(PART_PLAN_MODE, k);
+            pg->plan_generic = generic[k];
+        }
+        if (how[k] == PGSTMT_TO_PREPARE) PART(PART_PREPARE, k);
+        PART(PART_STATEMENT, k);
+    }
+#undef PART
     if (ok && parts > 1 && PQenterPipelineMode(c)) {
         char timeout[32];
         long long ms = config_int("database.statement_timeout_ms");
         snprintf(timeout, sizeof timeout, "%lld", ms > 0 ? ms : 0);
-        const char *const tv[2] = { timeout, mode[0] };
+        const char *const tv[2] = { timeout, generic[0] ? PLAN_GENERIC : PLAN_CUSTOM };
         pg->async_pipeline = parts;
         for (int i = 0; ok && i < parts; i++) {
+            int k = pg->async_stmt[i];
+            const char *const mode[1] = { generic[k] ? PLAN_GENERIC : PLAN_CUSTOM };
             switch (pg->async_part[i]) {
             case PART_PREPARE_SETTINGS: ok = PQsendPrepare(c, settings_name, TX_SETTINGS_SQL, 0, NULL); break;
             case PART_SETTINGS:
@@ -430,15 +463,15 @@ static int send_async(sgw_pg *pg, const char *sql, int n, const char *const *val
                 break;
             case PART_BEGIN: ok = PQsendQueryParams(c, "BEGIN", 0, NULL, NULL, NULL, NULL, 0); break;
             case PART_PLAN_MODE: ok = PQsendQueryParams(c, PLAN_MODE_SQL, 1, NULL, mode, NULL, NULL, 0); break;
-            case PART_PREPARE: ok = PQsendPrepare(c, name, sql, 0, NULL); break;
-            default: ok = send_statement(c, how, name, sql, n, vals);
+            case PART_PREPARE: ok = PQsendPrepare(c, name[k], st[k].sql, 0, NULL); break;
+            default: ok = send_statement(c, how[k], name[k], st[k].sql, st[k].n, st[k].vals);
             }
         }
         ok = ok && PQpipelineSync(c);
     } else if (ok && parts > 1) {
         ok = 0;
     } else if (ok) {
-        ok = simple ? PQsendQuery(c, sql) : send_statement(c, how, name, sql, n, vals);
+        ok = simple ? PQsendQuery(c, st[0].sql) : send_statement(c, how[0], name[0], st[0].sql, st[0].n, st[0].vals);
     }
     int fl = ok ? PQflush(c) : -1;
     if (fl < 0) {
@@ -452,6 +485,12 @@ static int send_async(sgw_pg *pg, const char *sql, int n, const char *const *val
     if (begin) pg->begin_pending = 0;
     pg->async_began = begin;
     return 0;
+}
+
+static int send_async(sgw_pg *pg, const char *sql, int n, const char *const *vals, int simple,
+                      pg_failure *f) {
+    const out_stmt one = { sql, n, vals };
+    return send_batch(pg, &one, 1, simple, f);
 }
 
 /* The failure of a connection attempt, remembered for the back-off (as
@@ -542,7 +581,7 @@ int pg_async_step(sgw_pg *pg, short revents) {
                 pg->async_done = 1;
                 break;
             }
-            if (!pg->async_result) pg->async_result = r;
+            if (!pg->async_result[0]) pg->async_result[0] = r;
             else PQclear(r);             /* only after an error */
             continue;
         }
@@ -560,16 +599,17 @@ int pg_async_step(sgw_pg *pg, short revents) {
             break;
         }
         if (pg->async_nulls >= pg->async_pipeline) goto broken;
-        int part = pg->async_part[pg->async_nulls];
+        int part = pg->async_part[pg->async_nulls], k = pg->async_stmt[pg->async_nulls];
         if (part == PART_STATEMENT) {
-            if (!pg->async_result) pg->async_result = r;
+            if (!pg->async_result[k]) pg->async_result[k] = r;
             else PQclear(r);
             continue;
         }
         int fine = st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK;
         if (fine && part == PART_PREPARE_SETTINGS) pg->async_prepared |= 1;
-        if (fine && part == PART_PREPARE) pg->async_prepared |= 2;
-        if (!fine && !pg->async_settings) pg->async_settings = r;
+        if (fine && part == PART_PREPARE) pg->async_prepared |= 2 << k;
+        /* A part skipped after an earlier failure says nothing of its own. */
+        if (!fine && st != PGRES_PIPELINE_ABORTED && !pg->async_settings) pg->async_settings = r;
         else PQclear(r);
     }
     if (pg->async_done && !pg->async_broken && PQsetnonblocking(c, 0) != 0) pg->async_broken = 1;
@@ -580,21 +620,29 @@ broken:
     return 1;
 }
 
-/* The answer of the statement in flight: a result to inspect, or NULL
- * with f filled in when the connection broke (it is dropped then, after f
- * has its message). */
-static PGresult *async_take(sgw_pg *pg, pg_failure *f) {
-    PGresult *r = pg->async_result, *settings = pg->async_settings;
-    pg->async_result = pg->async_settings = NULL;
-    /* Prepared even when the statement then failed: the name stays. */
+/* The answers of the statements in flight: 0 with out[k] the result of
+ * statement k to inspect (the caller clears them), or -1 with f filled in
+ * when the connection broke (it is dropped then, after f has its message)
+ * or what came before the statements failed. */
+static int async_take_all(sgw_pg *pg, PGresult **out, pg_failure *f) {
+    int n = pg->async_nstmt > 0 ? pg->async_nstmt : 1;
+    PGresult *settings = pg->async_settings;
+    pg->async_settings = NULL;
+    for (int k = 0; k < n; k++) {
+        out[k] = pg->async_result[k];
+        pg->async_result[k] = NULL;
+    }
+    /* Prepared even when a statement then failed: the name stays. */
     if (pg->async_prepared & 1) pgstmt_add(pg->stmts, TX_SETTINGS_SQL);
-    if ((pg->async_prepared & 2) && pg->async_sql) pgstmt_add(pg->stmts, pg->async_sql);
+    for (int k = 0; k < BATCH_MAX; k++) {
+        if ((pg->async_prepared & (2 << k)) && pg->async_sql[k]) pgstmt_add(pg->stmts, pg->async_sql[k]);
+        free(pg->async_sql[k]);
+        pg->async_sql[k] = NULL;
+    }
     pg->async_prepared = 0;
-    free(pg->async_sql);
-    pg->async_sql = NULL;
+    PGresult *failed = NULL;
     if (settings && PQresultStatus(settings) != PGRES_TUPLES_OK) {
-        PQclear(r);                      /* the statement was skipped: say why */
-        r = settings;
+        failed = settings;               /* the statements were skipped: say why */
         settings = NULL;
     }
     PQclear(settings);
@@ -605,13 +653,25 @@ static PGresult *async_take(sgw_pg *pg, pg_failure *f) {
     if (pg->async_began && !broken && PQtransactionStatus(pg->conn) == PQTRANS_IDLE) pg->begin_failed = 1;
     pg->async_began = 0;
     pg->async = pg->async_done = pg->async_broken = 0;
-    if (!broken && r) return r;
-    if (pg->conn) failure_from_result(f, broken ? NULL : r, pg->conn);
+    int missing = 0;
+    for (int k = 0; k < n; k++) missing |= !out[k];
+    if (!broken && !failed && !missing) return 0;
+    for (int k = 0; k < n; k++) {
+        PQclear(out[k]);
+        out[k] = NULL;
+    }
+    if (pg->conn) failure_from_result(f, broken ? NULL : failed, pg->conn);
     else set_failure(f, "08006", "%s", "the database connection was lost");
     if (broken && strncmp(f->sqlstate, "08", 2) != 0) snprintf(f->sqlstate, sizeof f->sqlstate, "08006");
-    PQclear(r);
+    PQclear(failed);
     if (broken) drop_connection(pg);
-    return NULL;
+    return -1;
+}
+
+/* async_take_all for one statement: its result, or NULL with f. */
+static PGresult *async_take(sgw_pg *pg, pg_failure *f) {
+    PGresult *r[BATCH_MAX];
+    return async_take_all(pg, r, f) ? NULL : r[0];
 }
 
 void pg_drop(sgw_pg *pg) {
@@ -806,14 +866,15 @@ static int push_failure(lua_State *L, const pg_failure *f) {
     return 3;
 }
 
-/* Turns arguments 2..top into text parameters. Strings made here (JSON of
- * tables) are left on the stack so that vals stay valid until the call ends.
- * Returns 0, or -1 with f filled in for a value PostgreSQL would refuse. */
-static int collect_params(lua_State *L, int n, const char **vals, char (*num)[48],
-                          pg_failure *f) {
+/* Turns the n values from stack index base on into text parameters.
+ * Strings made here (JSON of tables) are left on the stack so that vals
+ * stay valid until the call ends. Returns 0, or -1 with f filled in for a
+ * value PostgreSQL would refuse. */
+static int collect_params_at(lua_State *L, int base, int n, const char **vals, char (*num)[48],
+                             pg_failure *f) {
     luaL_checkstack(L, n + 8, "too many parameters");
     for (int i = 0; i < n; i++) {
-        int idx = i + 2;
+        int idx = base + i;
         switch (lua_type(L, idx)) {
         case LUA_TNIL:
             vals[i] = NULL;
@@ -866,6 +927,11 @@ static int collect_params(lua_State *L, int n, const char **vals, char (*num)[48
         }
     }
     return 0;
+}
+
+/* The parameters of db.query and its kind: arguments 2..n+1. */
+static int collect_params(lua_State *L, int n, const char **vals, char (*num)[48], pg_failure *f) {
+    return collect_params_at(L, 2, n, vals, num, f);
 }
 
 static void push_value(lua_State *L, Oid type, const char *v, int len) {
@@ -1200,6 +1266,166 @@ static int db_async_send(lua_State *L, int status, lua_KContext ctx) {
     }
     pgpool_sent(p, pg);
     return yield_on(L, p, ctx, db_async_answer);
+}
+
+/* db.batch: the statements of the tables at 1..nstmt, sent together and
+ * answered together (docs/host-api.md). The parameters of statement k are
+ * pushed above the tables and turned into st[k]; the caller keeps the stack
+ * as it is until the statements are sent. Returns 0 or -1 with f. */
+typedef struct batch_params {
+    const char *vals[BATCH_MAX][MAX_PARAMS];
+    char        num[BATCH_MAX][MAX_PARAMS][48];
+    out_stmt    st[BATCH_MAX];
+} batch_params;
+
+/* The parameter count of the statement table at idx: its field n when
+ * given (for NULLs written as nil), else its length less the SQL. */
+static int batch_nparams(lua_State *L, int idx) {
+    int isnum;
+    lua_Integer n = (lua_getfield(L, idx, "n"), lua_tointegerx(L, -1, &isnum));
+    lua_pop(L, 1);
+    return isnum ? (int)n : (int)lua_rawlen(L, idx) - 1;
+}
+
+static int batch_collect(lua_State *L, int nstmt, batch_params *b, pg_failure *f) {
+    for (int k = 0; k < nstmt; k++) {
+        int np = batch_nparams(L, k + 1);
+        luaL_checkstack(L, np + 8, "too many parameters");
+        lua_geti(L, k + 1, 1);
+        int base = lua_gettop(L) + 1;
+        for (int i = 0; i < np; i++) lua_geti(L, k + 1, i + 2);
+        if (collect_params_at(L, base, np, b->vals[k], b->num[k], f)) return -1;
+        b->st[k] = (out_stmt){ lua_tostring(L, base - 1), np, b->vals[k] };
+    }
+    return 0;
+}
+
+/* The statements must sit in the caller's transaction: outside one, a
+ * pipeline would be one implicit transaction here and separate ones on the
+ * blocking path. */
+static int batch_count(lua_State *L) {
+    int n = lua_gettop(L);
+    if (n < 1 || n > BATCH_MAX) return luaL_error(L, "db.batch: 1 to %d statements, each {sql, parameters...}", BATCH_MAX);
+    for (int k = 1; k <= n; k++) {
+        luaL_checktype(L, k, LUA_TTABLE);
+        if (lua_geti(L, k, 1) != LUA_TSTRING) luaL_argerror(L, k, "a statement is {sql, parameters...}");
+        lua_pop(L, 1);
+        int np = batch_nparams(L, k);
+        if (np < 0 || np > MAX_PARAMS)
+            luaL_argerror(L, k, lua_pushfstring(L, "0 to %d parameters", MAX_PARAMS));
+    }
+    return n;
+}
+
+static int db_batch_answer(lua_State *L, int status, lua_KContext ctx) {
+    (void)status;
+    int nstmt = (int)ctx;
+    sgw_pgpool *p = ctx_pool(L, 0);
+    sgw_pg *pg = p ? pgpool_using(p, L) : NULL;
+    pg_failure f;
+    if (!pg || !pg->async || !pg->async_done) {
+        set_failure(&f, "57014", "%s", "the statements were interrupted: the coroutine was resumed before their answer came");
+        return push_failure(L, &f);
+    }
+    lua_settop(L, nstmt);
+    /* Each result in a box first: a memory error while rows are built frees it. */
+    res_box *box[BATCH_MAX];
+    for (int k = 0; k < nstmt; k++) {
+        box[k] = lua_newuserdatauv(L, sizeof *box[k], 0);
+        box[k]->res = NULL;
+        luaL_setmetatable(L, RESULT_MT);
+    }
+    PGresult *r[BATCH_MAX];
+    if (async_take_all(pg, r, &f)) return push_failure(L, &f);
+    for (int k = 0; k < nstmt; k++) box[k]->res = r[k];
+    /* The first that failed says why; those after it were skipped. */
+    for (int k = 0; k < nstmt; k++) {
+        ExecStatusType st = PQresultStatus(r[k]);
+        if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK || st == PGRES_EMPTY_QUERY) continue;
+        failure_from_result(&f, r[k], pg->conn);
+        return push_failure(L, &f);
+    }
+    lua_createtable(L, nstmt, 0);
+    for (int k = 0; k < nstmt; k++) {
+        push_answer(L, box[k], 1);
+        lua_rawseti(L, -2, k + 1);
+    }
+    return 1;
+}
+
+static int db_batch_send(lua_State *L, int status, lua_KContext ctx) {
+    (void)status;
+    int nstmt = (int)ctx;
+    sgw_pgpool *p = ctx_pool(L, 0);
+    pg_failure f;
+    int expired;
+    sgw_pg *pg = async_conn(p, L, &expired);     /* the transaction's own */
+    if (!pg) {
+        if (!expired) return yield_on(L, p, ctx, db_batch_send);
+        pool_wait_failure(&f);
+        return push_failure(L, &f);
+    }
+    int c = connect_first(p, pg, &f);
+    if (c < 0) return push_failure(L, &f);
+    if (c > 0) return yield_on(L, p, ctx, db_batch_send);
+    batch_params *b = malloc(sizeof *b);
+    if (!b) return luaL_error(L, "not enough memory");
+    int rc = batch_collect(L, nstmt, b, &f);
+    if (rc == 0) rc = send_batch(pg, b->st, nstmt, 0, &f);
+    free(b);
+    lua_settop(L, nstmt);
+    if (rc) return push_failure(L, &f);
+    pgpool_sent(p, pg);
+    return yield_on(L, p, ctx, db_batch_answer);
+}
+
+/* Blocking (a connection of the worker's own, or a nested coroutine): one
+ * statement after the other, in the same transaction. */
+static int db_batch_run(lua_State *L, int nstmt) {
+    sgw_pg *pg = upvalue_pg(L);
+    if (!pg) return push_not_configured(L);
+    batch_params *b = malloc(sizeof *b);
+    if (!b) return luaL_error(L, "not enough memory");
+    pg_failure f;
+    if (batch_collect(L, nstmt, b, &f)) {
+        free(b);
+        return push_failure(L, &f);
+    }
+    lua_createtable(L, nstmt, 0);
+    for (int k = 0; k < nstmt; k++) {
+        res_box *box = lua_newuserdatauv(L, sizeof *box, 0);
+        box->res = NULL;
+        luaL_setmetatable(L, RESULT_MT);
+        box->res = run(pg, b->st[k].sql, b->st[k].n, b->st[k].vals, &f);
+        if (!box->res) {
+            free(b);
+            return push_failure(L, &f);
+        }
+        push_answer(L, box, 1);
+        lua_rawseti(L, -3, k + 1);
+        lua_pop(L, 1);                           /* the box */
+    }
+    free(b);
+    return 1;
+}
+
+static int db_batch_dispatch(lua_State *L) {
+    int nstmt = batch_count(L);
+    sgw_pgpool *p = async_pool(L);
+    if (p ? !pgpool_held(p, L) : !pg_in_transaction(upvalue_pg(L)))
+        return luaL_error(L, "db.batch runs inside db.transaction");
+    return p ? db_batch_send(L, 0, nstmt) : db_batch_run(L, nstmt);
+}
+
+static int db_batch_k(lua_State *L, int status, lua_KContext ctx) {
+    (void)status;
+    (void)ctx;
+    return db_batch_dispatch(L);
+}
+
+static int db_batch(lua_State *L) {
+    SGW_MIGRATE_IF_SOCKET(L, db_batch_k);
+    return db_batch_dispatch(L);
 }
 
 static int db_run_async(lua_State *L, run_kind kind) {
@@ -1544,6 +1770,7 @@ void lapi_db_open(lua_State *L, sgw_worker *w) {
         { "query", db_query },
         { "read_query", db_read_query },
         { "exec", db_exec },
+        { "batch", db_batch },
         { "transaction", db_transaction },
         { "in_transaction", db_in_transaction },
         { NULL, NULL }

@@ -37,10 +37,11 @@ function M.present_target(t)
   }
 end
 
+-- A post's targets in order ($1: the post's id).
+M.TARGETS_SQL = "/* generic plan */ SELECT " .. TARGET_COLUMNS .. " FROM post_targets WHERE post_id = $1 ORDER BY position"
+
 function M.targets_of(post_id, query)
-  return assert((query or db.query)("/* generic plan */ SELECT " .. TARGET_COLUMNS
-    .. " FROM post_targets WHERE post_id = $1 ORDER BY position",
-    post_id))
+  return assert((query or db.query)(M.TARGETS_SQL, post_id))
 end
 
 function M.present(p, targets)
@@ -181,11 +182,12 @@ end
 -- M.settle for a post its caller locked (FOR UPDATE, in this transaction)
 -- after changing the target: the targets are read by a statement of their
 -- own, so they are seen as the transactions that held the lock before left
--- them (whichever target ends last sees every other one final).
-function M.settle_locked(post)
+-- them (whichever target ends last sees every other one final). targets:
+-- that read (TARGETS_SQL), when the caller sent it behind the lock.
+function M.settle_locked(post, targets)
   if not post or M.FINAL_POST[post.status] then return end
   local post_id = post.id
-  local targets = M.targets_of(post_id)
+  targets = targets or M.targets_of(post_id)
   local published, failed, open = 0, 0, 0
   for _, t in ipairs(targets) do
     if t.status == "published" then published = published + 1

@@ -129,6 +129,13 @@ local function context(row)
   }
 end
 
+-- A published target, and its post locked for posts.settle_locked.
+local PUBLISHED_SQL = [[/* generic plan */ WITH t AS (
+    UPDATE post_targets SET status = 'published', platform_post_id = $2, permalink_url = $3,
+           published_at = now(), error = NULL, next_attempt_at = NULL, updated_at = now()
+     WHERE id = $1 RETURNING post_id)
+  SELECT ]] .. posts.POST_COLUMNS .. [[ FROM posts WHERE id = (SELECT post_id FROM t) FOR UPDATE]]
+
 -- Step 3: record the outcome and settle the post; returns the job's answer.
 local function record(row, outcome)
   local answer
@@ -136,14 +143,12 @@ local function record(row, outcome)
     local status = outcome.status
     if status == "published" then
       -- The target is written and then its post locked, in one statement
-      -- (in this order, like every other step: the target first).
-      local post = assert(db.query([[/* generic plan */ WITH t AS (
-            UPDATE post_targets SET status = 'published', platform_post_id = $2, permalink_url = $3,
-                   published_at = now(), error = NULL, next_attempt_at = NULL, updated_at = now()
-             WHERE id = $1 RETURNING post_id)
-          SELECT ]] .. posts.POST_COLUMNS .. [[ FROM posts WHERE id = (SELECT post_id FROM t) FOR UPDATE]],
-        row.id, outcome.platform_post_id, outcome.permalink_url))[1]
-      posts.settle_locked(post)
+      -- (in this order, like every other step: the target first); the
+      -- targets are read in the same round trip, by a statement of their
+      -- own that starts once the lock is held.
+      local answers = assert(db.batch({ PUBLISHED_SQL, row.id, outcome.platform_post_id, outcome.permalink_url },
+        { posts.TARGETS_SQL, row.post_id }))
+      posts.settle_locked(answers[1][1], answers[2])
       return
     elseif status == "unknown" then
       -- Stays 'publishing': the next run asks the platform before trying again.

@@ -494,6 +494,42 @@ static void test_on_database(const char *url) {
     };
     run_all(&w, begin_broken, 1);
 
+    /* db.batch: statements sent together in the caller's transaction (the
+     * first of it here, so BEGIN rides along), each after the one before;
+     * twice, the second time by the names the first prepared. */
+    static const char *const batch[] = {
+        "for round = 1, 2 do\n"
+        "  db.transaction(function()\n"
+        "    local r, e = db.batch({'/* generic plan */ INSERT INTO pgpool_t VALUES ($1, $2) RETURNING n', 'batch', round},\n"
+        "                          {'SELECT count(*)::int AS c FROM pgpool_t WHERE who = $1', 'batch'})\n"
+        "    check(r and #r == 2 and r[1][1].n == round and r[2][1].c == round,\n"
+        "          'both answers, the second after the first: ' .. tostring(e))\n"
+        "  end)\n"
+        "end\n"
+        "local ok, err = pcall(db.transaction, function()\n"
+        "  assert(db.exec('INSERT INTO pgpool_t VALUES ($1, 1)', 'batchfail'))\n"
+        "  local r, e, code = db.batch({'SELECT 1/0'}, {'INSERT INTO pgpool_t VALUES ($1, 2)', 'batchfail'})\n"
+        "  check(r == nil and code == '22012', 'the first failure comes back: ' .. tostring(e))\n"
+        "  error(e, 0)\n"
+        "end)\n"
+        "check(not ok and tostring(err):match('division by zero'), 'the transaction fails: ' .. tostring(err))\n"
+        "db.transaction(function()\n"
+        "  local r, e = coroutine.wrap(function()\n"
+        "    return db.batch({'INSERT INTO pgpool_t VALUES ($1, $2)', 'nested', nil, n = 2}, {'SELECT count(*)::int AS c FROM pgpool_t WHERE who = $1', 'nested'})\n"
+        "  end)()\n"
+        "  check(r and r[1].affected == 1 and r[2][1].c == 1, 'a nested coroutine blocks, one after the other: ' .. tostring(e))\n"
+        "end)\n"
+        "check(not pcall(db.batch, {'SELECT 1'}), 'outside a transaction db.batch raises')\n"
+        "check(not pcall(db.transaction, function() db.batch() end), 'no statement raises')\n"
+        "check(not pcall(db.transaction, function() db.batch({1}) end), 'a statement without sql raises')\n",
+    };
+    run_all(&w, batch, 1);
+    r = PQexec(other, "SELECT count(*) FILTER (WHERE who = 'batch') || ' ' || count(*) FILTER (WHERE who = 'batchfail') "
+                      "|| ' ' || count(*) FILTER (WHERE who = 'nested') FROM pgpool_t");
+    check(PQresultStatus(r) == PGRES_TUPLES_OK && strcmp(PQgetvalue(r, 0, 0), "2 0 1") == 0,
+          "the batches committed, the failed one nothing", PQgetvalue(r, 0, 0));
+    PQclear(r);
+
     test_forgotten_in_transaction(url);
     test_names(url, other);                      /* last: it turns names off */
     PQclear(PQexec(other, "DROP TABLE pgpool_t"));
