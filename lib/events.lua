@@ -25,11 +25,11 @@ function M.emit(client, type, data)
   return M.emit_many({ { client = client, type = type, data = data } })[1]
 end
 
--- Several events ({client, type, data} each) in the statements one takes,
--- however many there are: a Meta delivery can bring hundreds of new
--- comments. Must run inside the caller's transaction. Returns their ids.
-function M.emit_many(list)
-  if #list == 0 then return {} end
+-- The statement that writes several events ({client, type, data} each), as
+-- db.batch takes it, and what to do with its answer (enqueue the deliveries;
+-- returns the events' ids): for a caller that sends it with its own
+-- statements in one round trip. Inside the caller's transaction.
+function M.prepare_many(list)
   local created = clock.now()
   local rows, ids = {}, {}
   for i, e in ipairs(list) do
@@ -39,10 +39,22 @@ function M.emit_many(list)
       client_id = e.client.client_id, type = e.type, data = data_json, created_second = math.floor(created),
       body = webhooks.body(id, e.type, created, e.client.environment, data_json) }
   end
-  local active = {}
-  for _, c in ipairs(assert(db.query(INSERT_SQL, json.encode(rows), created))) do active[c.id] = true end
-  webhooks.enqueue_many(rows, active)
-  return ids
+  local function after(clients)
+    local active = {}
+    for _, c in ipairs(clients) do active[c.id] = true end
+    webhooks.enqueue_many(rows, active)
+    return ids
+  end
+  return { INSERT_SQL, json.encode(rows), created }, after
+end
+
+-- Several events ({client, type, data} each) in the statements one takes,
+-- however many there are: a Meta delivery can bring hundreds of new
+-- comments. Must run inside the caller's transaction. Returns their ids.
+function M.emit_many(list)
+  if #list == 0 then return {} end
+  local statement, after = M.prepare_many(list)
+  return after(assert(db.query(table.unpack(statement))))
 end
 
 -- An event about a company's account (social.account.*) to every client of

@@ -202,13 +202,16 @@ function M.settle_locked(post, targets)
     return
   end
   local status = failed == 0 and "published" or (published > 0 and "partially_published" or "failed")
-  assert(db.exec(FINAL_SQL, post_id, status, post.operation_id, status == "failed" and "failed" or "succeeded",
-    M.result(post_id, status, targets), status == "failed" and { code = "publish_failed", message = "No target was published." } or nil))
   local data = M.result(post_id, status, targets)
   data.operationId = post.operation_id
   data.externalReference = or_null(post.external_reference)
   local client = { company_id = post.company_id, environment = post.environment, client_id = post.client_id }
-  events.emit(client, "social.post.published", data)
+  -- The post's end and its event in one round trip.
+  local event, after = events.prepare_many({ { client = client, type = "social.post.published", data = data } })
+  local answers = assert(db.batch({ FINAL_SQL, post_id, status, post.operation_id,
+    status == "failed" and "failed" or "succeeded", M.result(post_id, status, targets),
+    status == "failed" and { code = "publish_failed", message = "No target was published." } or nil, n = 6 }, event))
+  after(answers[2])
 end
 
 return M
