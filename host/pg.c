@@ -1368,11 +1368,10 @@ static int db_batch_send(lua_State *L, int status, lua_KContext ctx) {
     int c = connect_first(p, pg, &f);
     if (c < 0) return push_failure(L, &f);
     if (c > 0) return yield_on(L, p, ctx, db_batch_send);
-    batch_params *b = malloc(sizeof *b);
-    if (!b) return luaL_error(L, "not enough memory");
+    /* A userdata, so that an error raised while parameters are made frees it. */
+    batch_params *b = lua_newuserdatauv(L, sizeof *b, 0);
     int rc = batch_collect(L, nstmt, b, &f);
     if (rc == 0) rc = send_batch(pg, b->st, nstmt, 0, &f);
-    free(b);
     lua_settop(L, nstmt);
     if (rc) return push_failure(L, &f);
     pgpool_sent(p, pg);
@@ -1384,28 +1383,20 @@ static int db_batch_send(lua_State *L, int status, lua_KContext ctx) {
 static int db_batch_run(lua_State *L, int nstmt) {
     sgw_pg *pg = upvalue_pg(L);
     if (!pg) return push_not_configured(L);
-    batch_params *b = malloc(sizeof *b);
-    if (!b) return luaL_error(L, "not enough memory");
+    batch_params *b = lua_newuserdatauv(L, sizeof *b, 0);   /* freed by the collector, whatever is raised */
     pg_failure f;
-    if (batch_collect(L, nstmt, b, &f)) {
-        free(b);
-        return push_failure(L, &f);
-    }
+    if (batch_collect(L, nstmt, b, &f)) return push_failure(L, &f);
     lua_createtable(L, nstmt, 0);
     for (int k = 0; k < nstmt; k++) {
         res_box *box = lua_newuserdatauv(L, sizeof *box, 0);
         box->res = NULL;
         luaL_setmetatable(L, RESULT_MT);
         box->res = run(pg, b->st[k].sql, b->st[k].n, b->st[k].vals, &f);
-        if (!box->res) {
-            free(b);
-            return push_failure(L, &f);
-        }
+        if (!box->res) return push_failure(L, &f);
         push_answer(L, box, 1);
         lua_rawseti(L, -3, k + 1);
         lua_pop(L, 1);                           /* the box */
     }
-    free(b);
     return 1;
 }
 

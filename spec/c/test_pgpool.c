@@ -521,7 +521,9 @@ static void test_on_database(const char *url) {
         "end)\n"
         "check(not pcall(db.batch, {'SELECT 1'}), 'outside a transaction db.batch raises')\n"
         "check(not pcall(db.transaction, function() db.batch() end), 'no statement raises')\n"
-        "check(not pcall(db.transaction, function() db.batch({1}) end), 'a statement without sql raises')\n",
+        "check(not pcall(db.transaction, function() db.batch({1}) end), 'a statement without sql raises')\n"
+        "check(not pcall(db.transaction, function() db.batch({'SELECT $1::text', print}) end),\n"
+        "      'a parameter the database cannot take raises (and leaks nothing)')\n",
     };
     run_all(&w, batch, 1);
     r = PQexec(other, "SELECT count(*) FILTER (WHERE who = 'batch') || ' ' || count(*) FILTER (WHERE who = 'batchfail') "
