@@ -204,6 +204,12 @@ static PGconn *connect_session(const char *conninfo, const char *setup_sql, int 
     return c;
 }
 
+/* A statement's result that is an answer, not a failure. */
+static int result_ok(const PGresult *r) {
+    ExecStatusType st = PQresultStatus(r);
+    return st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK || st == PGRES_EMPTY_QUERY;
+}
+
 static void async_clear(sgw_pg *pg) {
     PQclear(pg->async_settings);
     pg->async_settings = NULL;
@@ -340,7 +346,7 @@ static PGresult *run(sgw_pg *pg, const char *sql, int nparams, const char *const
         PGTransactionStatusType before = PQtransactionStatus(pg->conn);
         PGresult *r = exec_params(pg, sql, nparams, vals);
         ExecStatusType st = PQresultStatus(r);
-        if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK || st == PGRES_EMPTY_QUERY) return r;
+        if (result_ok(r)) return r;
         if (st == PGRES_COPY_IN || st == PGRES_COPY_OUT || st == PGRES_COPY_BOTH) {
             /* The protocol now waits for COPY data we will never stream;
              * dropping the connection is the only clean way out. */
@@ -790,6 +796,14 @@ struct pg_conn *pg_raw(sgw_pg *pg) {
  * half-way still frees it. */
 typedef struct res_box { PGresult *res; } res_box;
 
+/* A box on the stack, empty yet. */
+static res_box *new_res_box(lua_State *L) {
+    res_box *box = lua_newuserdatauv(L, sizeof *box, 0);
+    box->res = NULL;
+    luaL_setmetatable(L, RESULT_MT);
+    return box;
+}
+
 static int res_box_gc(lua_State *L) {
     res_box *b = luaL_checkudata(L, 1, RESULT_MT);
     PQclear(b->res);
@@ -1039,9 +1053,7 @@ static int db_run(lua_State *L, run_kind kind) {
     pg_failure f;
     if (collect_params(L, n, vals, num, &f)) return push_failure(L, &f);
 
-    res_box *box = lua_newuserdatauv(L, sizeof *box, 0);
-    box->res = NULL;
-    luaL_setmetatable(L, RESULT_MT);
+    res_box *box = new_res_box(L);
     box->res = kind == RUN_READ ? run_read(pg, lua_tostring(L, 1), n, vals, &f)
                                 : run(pg, lua_tostring(L, 1), n, vals, &f);
     if (!box->res) return push_failure(L, &f);
@@ -1194,12 +1206,10 @@ static int db_async_answer(lua_State *L, int status, lua_KContext ctx) {
     int held = pgpool_held(p, L) != NULL;
     int named = pg->async_named;
     PGTransactionStatusType before = pg->async_before;
-    res_box *box = lua_newuserdatauv(L, sizeof *box, 0);
-    box->res = NULL;
-    luaL_setmetatable(L, RESULT_MT);
+    res_box *box = new_res_box(L);
     box->res = async_take(pg, &f);
     ExecStatusType st = box->res ? PQresultStatus(box->res) : PGRES_FATAL_ERROR;
-    if (box->res && st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK && st != PGRES_EMPTY_QUERY) {
+    if (box->res && !result_ok(box->res)) {
         if (st == PGRES_COPY_IN || st == PGRES_COPY_OUT || st == PGRES_COPY_BOTH) {
             pg_drop(pg);
             set_failure(&f, "0A000", "%s", "COPY is not supported through db.query/db.exec");
@@ -1330,18 +1340,13 @@ static int db_batch_answer(lua_State *L, int status, lua_KContext ctx) {
     lua_settop(L, nstmt);
     /* Each result in a box first: a memory error while rows are built frees it. */
     res_box *box[BATCH_MAX];
-    for (int k = 0; k < nstmt; k++) {
-        box[k] = lua_newuserdatauv(L, sizeof *box[k], 0);
-        box[k]->res = NULL;
-        luaL_setmetatable(L, RESULT_MT);
-    }
+    for (int k = 0; k < nstmt; k++) box[k] = new_res_box(L);
     PGresult *r[BATCH_MAX];
     if (async_take_all(pg, r, &f)) return push_failure(L, &f);
     for (int k = 0; k < nstmt; k++) box[k]->res = r[k];
     /* The first that failed says why; those after it were skipped. */
     for (int k = 0; k < nstmt; k++) {
-        ExecStatusType st = PQresultStatus(r[k]);
-        if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK || st == PGRES_EMPTY_QUERY) continue;
+        if (result_ok(r[k])) continue;
         failure_from_result(&f, r[k], pg->conn);
         return push_failure(L, &f);
     }
@@ -1388,9 +1393,7 @@ static int db_batch_run(lua_State *L, int nstmt) {
     if (batch_collect(L, nstmt, b, &f)) return push_failure(L, &f);
     lua_createtable(L, nstmt, 0);
     for (int k = 0; k < nstmt; k++) {
-        res_box *box = lua_newuserdatauv(L, sizeof *box, 0);
-        box->res = NULL;
-        luaL_setmetatable(L, RESULT_MT);
+        res_box *box = new_res_box(L);
         box->res = run(pg, b->st[k].sql, b->st[k].n, b->st[k].vals, &f);
         if (!box->res) return push_failure(L, &f);
         push_answer(L, box, 1);

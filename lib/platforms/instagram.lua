@@ -52,10 +52,10 @@ local function existing_media(ctx, token)
 end
 
 -- The container of this target: the saved one, or a new one saved before
--- anything else happens (then true as well: just made).
+-- anything else happens.
 local function container_of(ctx, token)
   local state = ctx.target.adapter_state
-  if state.container_id then return state.container_id, false end
+  if state.container_id then return state.container_id end
   local created, err = graph.call("POST", ctx.account.platform_account_id .. "/media", {
     image_url = ctx.post.image and ctx.post.image.url, caption = ctx.post.content.message,
   }, token)
@@ -65,21 +65,22 @@ local function container_of(ctx, token)
   local saved = { container_id = created.id, container_created_at = clock.now() }
   ctx.save_state(saved)
   for k, v in pairs(saved) do state[k] = v end
-  return created.id, true
+  return created.id
 end
 
 function M.publish(ctx)
   local token = ctx.account.access_token
   ctx.target.adapter_state = ctx.target.adapter_state or {}
-  if not ctx.target.adapter_state.container_id then
+  local first_run = not ctx.target.adapter_state.container_id
+  if first_run then
     local wait = quota.check(ctx.account)
     if wait then return { status = "error", error = wait } end
   end
-  local container, made = container_of(ctx, token)
-  if not container then return graph.failed(made, false) end
+  local container, err = container_of(ctx, token)
+  if not container then return graph.failed(err, false) end
   -- Meta asks for one status query a minute: the first is spent when the
   -- container has had time to be ready, not the moment it was made.
-  if made then
+  if first_run then
     return { status = "retry_later", retry_in = config.get("meta.instagram_container_first_poll_seconds") }
   end
 
