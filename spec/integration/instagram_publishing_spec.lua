@@ -88,6 +88,28 @@ describe("Instagram publishing", function()
     return #fake.requests({ method = "POST", path = "/" .. ig_user .. "/media_publish" })
   end
 
+  it("asks a container's status first a wait after making it, then once per poll interval, as Meta asks", function()
+    fake.config({ container_ready_ms = 1500 })
+    local body = t.publish("Polled as Meta asks")
+    assert.are.equal("succeeded", t.wait(body.operationId).status)
+    local made = fake.requests({ method = "POST", path = "/" .. ig_user .. "/media" })
+    local container = t.target(body.resource.postId)
+    assert.are.equal(1, #made)
+    local polls = {}
+    for _, r in ipairs(fake.requests({ method = "GET" })) do
+      if r.params and r.params.fields == "status_code,status" and r.seq > made[1].seq then polls[#polls + 1] = r end
+    end
+    -- 0.2 s first wait and interval (setup), a container ready after 1.5 s:
+    -- no query the moment it is made, and none closer than the interval.
+    assert.is_true(#polls >= 1, "no status query")
+    assert.is_true(polls[1].at - made[1].at >= 0.2, "first query " .. (polls[1].at - made[1].at) .. " s after")
+    for i = 2, #polls do
+      assert.is_true(polls[i].at - polls[i - 1].at >= 0.2, "queries " .. (polls[i].at - polls[i - 1].at) .. " s apart")
+    end
+    assert.are.equal("published", container.status)
+    assert.are.equal(1, publishes("Polled as Meta asks"))
+  end)
+
   it("waits for the window when the quota is used up, without calling media_publish, then publishes", function()
     fake.config({ ig_quota = 1, ig_quota_duration_s = 5 })
     local first = t.publish("First of the window")

@@ -49,7 +49,7 @@ Control API (JSON bodies; answers JSON; errors {"error":{"message",...}} with 4x
   GET    /_fake/published[?account=]   {"data":[{"platform","account_id","kind","id",...}],
                                         "counts":{"<account>":n},"total":n}
   GET    /_fake/requests[?since=&path=&method=], DELETE /_fake/requests
-                                       {"data":[{"seq","time","method","path","version","params",
+                                       {"data":[{"seq","time","at","method","path","version","params",
                                                  "account","auth","status","outcome",...}]}
   GET    /_fake/assets/<name>          images to publish by URL (see asset()); over https
                                        too with --https-port (fake_graph_tls.py)
@@ -1658,6 +1658,7 @@ class Handler(BaseHTTPRequestHandler):
             s.request_seq += 1
             entry["seq"] = s.request_seq
             entry["time"] = fmt_time(s.now())
+            entry["at"] = s.now()            # seconds, to the microsecond: how calls are spaced
             s.requests.append(entry)
 
 
