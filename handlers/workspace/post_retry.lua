@@ -13,9 +13,15 @@ return web.page(function(w)
   end
   local post = workspace_posts.get(w.session.company_id, id)
   if w:wants_json() then
-    return w:json(err and 409 or 202, { operationId = op_id, final = post.final,
-      message = err and "Nothing to retry: only failed or partially published posts can be retried."
-        or "Publishing the failed targets again…",
+    -- A quick platform (the sandbox) may have ended the retry already: the
+    -- page then follows no further, so this answer says how it ended.
+    local message = "Publishing the failed targets again…"
+    if err then
+      message = "Nothing to retry: only failed or partially published posts can be retried."
+    elseif post.final then
+      message = "Done: the post is " .. post.status:gsub("_", " ") .. "."
+    end
+    return w:json(err and 409 or 202, { operationId = op_id, final = post.final, message = message,
       html = w:fragment("post_row", post) })
   end
   return w:redirect("/workspace/posts?env=" .. post.environment .. "&notice=" .. (err or "post_retried"))
