@@ -351,7 +351,7 @@ static void resume_job(runner *r, job *j, int nargs) {
         lua_pop(co, nres);
         if (ours) return; /* waiting for its transfer, statement or Redis call */
         finish_job(r, j, OUT_FAILED, 0,
-                   "the job yielded outside http.request, db.* and redis.* (coroutine.yield at the top of a job is not supported)");
+                   "the job yielded outside http.request, db.*, redis.* and sched.* (coroutine.yield at the top of a job is not supported)");
         return;
     }
     if (st != LUA_OK) {

@@ -1,8 +1,9 @@
 /*
  * loop.c — what a loop thread (a request worker's or a job worker's) waits
  * on: its outbound transfers (httpc.c), its PostgreSQL connections
- * (pgpool.c: the primary's, and the read replica's when there is one), its Redis connections (redis_loop.c) and the jobs it handed
- * to the thread pool (offload.c).
+ * (pgpool.c: the primary's, and the read replica's when there is one), its Redis connections (redis_loop.c), the jobs it handed
+ * to the thread pool (offload.c) and its coroutines' waits on each other
+ * (waits.c).
  *
  * A binding of the coroutine being resumed sends its work, yields a
  * lightuserdata naming what it waits on, and the loop resumes it through
@@ -37,7 +38,8 @@ int loop_open(sgw_worker *w, int max_coroutines) {
         if (!w->redis_loop) return -1;
     }
     w->inbox = offload_inbox_new();
-    return w->inbox ? 0 : -1;
+    w->waits = waits_new();
+    return w->inbox && w->waits ? 0 : -1;
 }
 
 void loop_set_current(sgw_worker *w, lua_State *co) {
@@ -46,12 +48,14 @@ void loop_set_current(sgw_worker *w, lua_State *co) {
     pgpool_set_current(w->replica_pool, co);
     redis_loop_set_current(w->redis_loop, co);
     offload_set_current(w->inbox, co);
+    waits_set_current(w->waits, co);
 }
 
 int loop_owns(const sgw_worker *w, lua_State *co, int nres) {
     void *marker = nres == 1 && lua_islightuserdata(co, -1) ? lua_touserdata(co, -1) : NULL;
     return marker && (marker == (void *)w->httpc || marker == (void *)w->pgpool || marker == (void *)w->redis_loop ||
-                      marker == (void *)w->inbox || (w->replica_pool && marker == (void *)w->replica_pool));
+                      marker == (void *)w->inbox || marker == (void *)w->waits ||
+                      (w->replica_pool && marker == (void *)w->replica_pool));
 }
 
 void loop_forget(sgw_worker *w, lua_State *co) {
@@ -59,6 +63,7 @@ void loop_forget(sgw_worker *w, lua_State *co) {
     pgpool_forget(w->replica_pool, co);
     redis_loop_forget(w->redis_loop, co);
     offload_forget(w->inbox, co);
+    waits_forget(w->waits, co);
 }
 
 int loop_pollfds(sgw_worker *w, struct pollfd *fds, int cap) {
@@ -73,7 +78,7 @@ int loop_pollfds(sgw_worker *w, struct pollfd *fds, int cap) {
 }
 
 int loop_ready(sgw_worker *w) {
-    return pgpool_ready(w->pgpool) || pgpool_ready(w->replica_pool);
+    return pgpool_ready(w->pgpool) || pgpool_ready(w->replica_pool) || waits_ready(w->waits);
 }
 
 void loop_wait(sgw_worker *w, struct pollfd *fds, int n, int timeout_ms,
@@ -83,4 +88,5 @@ void loop_wait(sgw_worker *w, struct pollfd *fds, int n, int timeout_ms,
     pgpool_drive(w->replica_pool, fds, n, on_ready, ud);
     redis_loop_drive(w->redis_loop, fds, n, on_ready, ud);
     offload_drive(w->inbox, on_ready, ud);
+    waits_drive(w->waits, on_ready, ud);
 }

@@ -462,7 +462,7 @@ static void build_sandbox(lua_State *L) {
                                   "getmetatable", "tonumber", "tostring", "type", "_VERSION",
                                   "string", "table", "math", "utf8", "coroutine",
                                   "db", "redis", "http", "crypto", "jsonc", "log", "clock", "config", "metrics",
-                                  "shared", NULL };
+                                  "shared", "sched", NULL };
     lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
     int real = lua_gettop(L);
     lua_newtable(L);
@@ -556,6 +556,7 @@ static lua_State *state_new(sgw_gen *g, sgw_worker *w, int preload, char *err, s
     lapi_redis_open(L, w);
     lapi_invalidations_open(L);
     lapi_http_open(L, w);
+    lapi_sched_open(L);
     build_sandbox(L);
     lua_newtable(L);
     lua_setfield(L, LUA_REGISTRYINDEX, LOADED_KEY);

@@ -160,6 +160,7 @@ typedef struct sgw_worker {
     sgw_pgpool *replica_pool; /* owned by loops when database.read_url is set */
     sgw_redis_loop *redis_loop; /* owned by loops; NULL: redis.* block on redis */
     struct sgw_inbox *inbox;  /* owned by loops: offloaded jobs come back here */
+    struct sgw_waits *waits;  /* owned by loops: coroutines waiting on each other */
 } sgw_worker;
 
 /* ------------------------------------------------------------------- pg.c
@@ -582,6 +583,19 @@ void       offload_submit(sgw_inbox *in, sgw_job *j, lua_State *co);
 void       offload_forget(sgw_inbox *in, lua_State *co);
 int        offload_pollfd(sgw_inbox *in, struct pollfd *pfd);   /* 1 while jobs are out */
 void       offload_drive(sgw_inbox *in, void (*on_ready)(lua_State *co, int nres, void *ud), void *ud);
+
+/* ----------------------------------------------------------------- waits.c
+ * Coroutines of one loop waiting on each other: global `sched` (later,
+ * event, waitable). A wait yields lightuserdata (the loop's sgw_waits);
+ * waits_drive resumes, with no values, those made ready before the turn. */
+typedef struct sgw_waits sgw_waits;
+sgw_waits *waits_new(void);                  /* NULL: no memory */
+void       waits_free(sgw_waits *w);
+void       waits_set_current(sgw_waits *w, lua_State *co);
+void       waits_forget(sgw_waits *w, lua_State *co);
+int        waits_ready(const sgw_waits *w);  /* 1: a coroutine can go on now */
+void       waits_drive(sgw_waits *w, void (*on_ready)(lua_State *co, int nres, void *ud), void *ud);
+void       lapi_sched_open(lua_State *L);
 
 /* ------------------------------------------------------------------ loop.c
  * What a loop thread (request worker or job worker) waits on: transfers,

@@ -123,6 +123,7 @@ void worker_destroy(sgw_worker *w) {
     if (w->pgpool) pgpool_free(w->pgpool);
     if (w->replica_pool) pgpool_free(w->replica_pool);
     offload_inbox_free(w->inbox);
+    waits_free(w->waits);
     memset(w, 0, sizeof *w);
 }
 

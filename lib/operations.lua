@@ -28,15 +28,8 @@ function M.progress(id, result)
   assert(db.exec("UPDATE operations SET result = $2, updated_at = now() WHERE id = $1", id, result))
 end
 
--- The statement that ends an operation, its parameters (id, status, result,
--- error) numbered from $first: a caller may put it behind a change of its
--- own (posts.lua ends a post and its operation in one statement).
-function M.finish_sql(first)
-  return (([[UPDATE operations SET status = $B, result = $C, error = $D, updated_at = now(), completed_at = now()
-      WHERE id = $A]]):gsub("%$(%u)", function(p) return "$" .. (first + p:byte() - 65) end))
-end
-
-local FINISH_SQL = "/* generic plan */ " .. M.finish_sql(1)
+local FINISH_SQL = [[/* generic plan */ UPDATE operations SET status = $2, result = $3, error = $4,
+    updated_at = now(), completed_at = now() WHERE id = $1]]
 
 function M.finish(id, status, result, err)
   assert(db.exec(FINISH_SQL, id, status, result, err))

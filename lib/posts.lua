@@ -40,6 +40,12 @@ end
 -- A post's targets in order ($1: the post's id).
 M.TARGETS_SQL = "/* generic plan */ SELECT " .. TARGET_COLUMNS .. " FROM post_targets WHERE post_id = $1 ORDER BY position"
 
+-- The targets of the posts of some targets ($1: their ids, a JSON array),
+-- post by post, each post's in order.
+M.TARGETS_OF_POSTS_OF_SQL = "/* generic plan */ SELECT " .. TARGET_COLUMNS .. [[ FROM post_targets
+  WHERE post_id IN (SELECT post_id FROM post_targets WHERE id = ANY (ARRAY(SELECT jsonb_array_elements_text($1::jsonb))))
+  ORDER BY post_id, position]]
+
 function M.targets_of(post_id, query)
   return assert((query or db.query)(M.TARGETS_SQL, post_id))
 end
@@ -167,9 +173,16 @@ end
 -- hands it to M.settle_locked.
 M.POST_COLUMNS = POST_COLUMNS
 
--- A post's final status and the end of its operation, in one statement.
-local FINAL_SQL = "/* generic plan */ WITH p AS (UPDATE posts SET status = $2, updated_at = now() WHERE id = $1) "
-  .. operations.finish_sql(3)
+-- Posts' final statuses and the ends of their operations, in one statement
+-- ($1: [{postId, status, operationId, operationStatus, result, error}]).
+local FINAL_SQL = [[/* generic plan */ WITH v AS (
+    SELECT x->>'postId' AS post_id, x->>'status' AS status, x->>'operationId' AS operation_id,
+           x->>'operationStatus' AS operation_status, x->'result' AS result, x->'error' AS error
+      FROM jsonb_array_elements($1::jsonb) x),
+  p AS (UPDATE posts SET status = v.status, updated_at = now() FROM v WHERE posts.id = v.post_id)
+  UPDATE operations o SET status = v.operation_status, result = v.result, error = v.error, updated_at = now(),
+         completed_at = now()
+    FROM v WHERE o.id = v.operation_id]]
 
 -- After a target changed, inside the same transaction: derive the post's
 -- status; when every target is final, finish the operation and emit
@@ -179,39 +192,51 @@ function M.settle(post_id)
   return M.settle_locked(rows[1])
 end
 
--- M.settle for a post its caller locked (FOR UPDATE, in this transaction)
--- after changing the target: the targets are read by a statement of their
--- own, so they are seen as the transactions that held the lock before left
--- them (whichever target ends last sees every other one final). targets:
--- that read (TARGETS_SQL), when the caller sent it behind the lock.
-function M.settle_locked(post, targets)
-  if not post or M.FINAL_POST[post.status] then return end
-  local post_id = post.id
-  targets = targets or M.targets_of(post_id)
-  local published, failed, open = 0, 0, 0
-  for _, t in ipairs(targets) do
-    if t.status == "published" then published = published + 1
-    elseif t.status == "failed" then failed = failed + 1
-    elseif t.status ~= "cancelled" then open = open + 1 end
-  end
-  if open > 0 then
-    if post.status ~= "publishing" then
-      assert(db.exec("/* generic plan */ UPDATE posts SET status = 'publishing', updated_at = now() WHERE id = $1", post_id))
-      operations.set_running(post.operation_id)
+-- M.settle for posts their caller locked (FOR UPDATE, in this transaction)
+-- after changing their targets: the targets are read by a statement of
+-- their own, so they are seen as the transactions that held the locks
+-- before left them (whichever target ends last sees every other one
+-- final). locked: a list of {post = row, targets = that read (TARGETS_SQL)
+-- when the caller sent it behind the lock}. The posts that end, their
+-- operations and their events take one round trip however many they are.
+function M.settle_locked_many(locked)
+  local finals, ended = {}, {}
+  for _, l in ipairs(locked) do
+    local post = l.post
+    if post and not M.FINAL_POST[post.status] then
+      local targets = l.targets or M.targets_of(post.id)
+      local published, failed, open = 0, 0, 0
+      for _, t in ipairs(targets) do
+        if t.status == "published" then published = published + 1
+        elseif t.status == "failed" then failed = failed + 1
+        elseif t.status ~= "cancelled" then open = open + 1 end
+      end
+      if open > 0 then
+        if post.status ~= "publishing" then
+          assert(db.exec("/* generic plan */ UPDATE posts SET status = 'publishing', updated_at = now() WHERE id = $1", post.id))
+          operations.set_running(post.operation_id)
+        end
+      else
+        local status = failed == 0 and "published" or (published > 0 and "partially_published" or "failed")
+        local data = M.result(post.id, status, targets)
+        data.operationId = post.operation_id
+        data.externalReference = or_null(post.external_reference)
+        finals[#finals + 1] = { postId = post.id, status = status, operationId = post.operation_id,
+          operationStatus = status == "failed" and "failed" or "succeeded", result = M.result(post.id, status, targets),
+          error = status == "failed" and { code = "publish_failed", message = "No target was published." } or nil }
+        ended[#ended + 1] = { client = { company_id = post.company_id, environment = post.environment,
+          client_id = post.client_id }, type = "social.post.published", data = data }
+      end
     end
-    return
   end
-  local status = failed == 0 and "published" or (published > 0 and "partially_published" or "failed")
-  local data = M.result(post_id, status, targets)
-  data.operationId = post.operation_id
-  data.externalReference = or_null(post.external_reference)
-  local client = { company_id = post.company_id, environment = post.environment, client_id = post.client_id }
-  -- The post's end and its event in one round trip.
-  local event, after = events.prepare_many({ { client = client, type = "social.post.published", data = data } })
-  local answers = assert(db.batch({ FINAL_SQL, post_id, status, post.operation_id,
-    status == "failed" and "failed" or "succeeded", M.result(post_id, status, targets),
-    status == "failed" and { code = "publish_failed", message = "No target was published." } or nil, n = 6 }, event))
+  if #finals == 0 then return end
+  local event, after = events.prepare_many(ended)
+  local answers = assert(db.batch({ FINAL_SQL, finals }, event))
   after(answers[2])
+end
+
+function M.settle_locked(post, targets)
+  return M.settle_locked_many({ { post = post, targets = targets } })
 end
 
 return M

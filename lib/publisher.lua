@@ -2,6 +2,7 @@
 -- lock and mark, resolve an unknown earlier outcome first, call the
 -- platform outside any transaction, record the outcome, settle the post.
 local json = require "json"
+local coalesce = require "coalesce"
 local posts = require "posts"
 local adapters = require "platforms.adapters"
 local retry = require "retry"
@@ -23,21 +24,26 @@ local LOAD_SQL = [[/* generic plan */
     FROM post_targets t JOIN posts p ON p.id = t.post_id JOIN social_accounts a ON a.id = t.social_account_id
    WHERE t.id = $1 FOR UPDATE OF t]]
 
--- The common case of step 1 in one statement, without a transaction of its
--- own: a target that is due (scheduled, queued, or retry_scheduled whose
--- time has come) on an active account is locked, marked 'publishing' with
--- its attempt counted, and its post (when it was not publishing yet) made
--- 'publishing' with its operation running, as posts.settle would (a target
--- that is not final keeps the post open). $2 is clock.now(). The row comes
--- back as it was before, with `started`; when nothing started, begin's
--- transaction below decides (and nothing was written).
+-- The common case of step 1, for every attempt a job worker starts in one
+-- turn of its loop (lib/coalesce.lua), in one statement without a
+-- transaction of its own: each target that is due (scheduled, queued, or
+-- retry_scheduled whose time has come) on an active account is locked,
+-- marked 'publishing' with its attempt counted, and its post (when it was
+-- not publishing yet) made 'publishing' with its operation running, as
+-- posts.settle would (a target that is not final keeps the post open).
+-- Targets, then posts, are locked in the order of their ids, so two
+-- workers' batches cannot deadlock. $1 is the ids (a JSON array), $2
+-- clock.now(). The rows come back as they were before, with `started`;
+-- for a target that did not start, begin's transaction below decides (and
+-- nothing of it was written).
 local START_SQL = [[/* generic plan */
   WITH cur AS MATERIALIZED (
     SELECT t.id, t.post_id, t.status, t.attempts, t.run_attempts, t.adapter_state, t.next_attempt_at,
            p.content, p.image, a.id AS account_id, a.platform, a.platform_account_id, a.access_token_enc,
            a.environment, a.status AS account_status, a.company_id
       FROM post_targets t JOIN posts p ON p.id = t.post_id JOIN social_accounts a ON a.id = t.social_account_id
-     WHERE t.id = $1 FOR UPDATE OF t),
+     WHERE t.id = ANY (ARRAY(SELECT jsonb_array_elements_text($1::jsonb)))
+     ORDER BY t.id FOR UPDATE OF t),
   started AS (
     UPDATE post_targets t SET status = 'publishing', attempts = t.attempts + 1, run_attempts = t.run_attempts + 1,
            attempt_started_at = to_timestamp($2), next_attempt_at = NULL, updated_at = now()
@@ -46,11 +52,16 @@ local START_SQL = [[/* generic plan */
        AND (cur.status IN ('scheduled', 'queued')
             OR (cur.status = 'retry_scheduled'
                 AND (cur.next_attempt_at IS NULL OR cur.next_attempt_at <= to_timestamp($2 + 0.5))))
-    RETURNING t.id),
+    RETURNING t.id, t.post_id),
+  locked AS (
+    SELECT p.id, p.operation_id FROM posts p
+     WHERE p.id IN (SELECT post_id FROM started)
+       AND p.status NOT IN ('publishing', 'published', 'partially_published', 'failed', 'cancelled')
+     ORDER BY p.id FOR UPDATE),
   post AS (
     UPDATE posts p SET status = 'publishing', updated_at = now()
-      FROM cur, started
-     WHERE p.id = cur.post_id
+      FROM locked
+     WHERE p.id = locked.id
        AND p.status NOT IN ('publishing', 'published', 'partially_published', 'failed', 'cancelled')
     RETURNING p.operation_id),
   op AS (
@@ -58,8 +69,18 @@ local START_SQL = [[/* generic plan */
       FROM post WHERE o.id = post.operation_id AND o.status = 'queued')
   SELECT cur.id, cur.post_id, cur.status, cur.attempts, cur.run_attempts, cur.adapter_state, cur.content, cur.image,
          cur.account_id, cur.platform, cur.platform_account_id, cur.access_token_enc, cur.environment, cur.company_id,
-         EXISTS (SELECT 1 FROM started) AS started
+         EXISTS (SELECT 1 FROM started WHERE started.id = cur.id) AS started
     FROM cur]]
+
+local start_attempts = coalesce.new(function(target_ids)
+  local now = clock.now()
+  local by_id = {}
+  for _, row in ipairs(assert(db.query(START_SQL, target_ids, now))) do
+    row.attempt_started_at = now -- read only when it started
+    by_id[row.id] = row
+  end
+  return by_id
+end)
 
 local function fail_now(target_id, post_id, code, message, platform_code)
   assert(db.exec([[UPDATE post_targets SET status = 'failed', error = $2, next_attempt_at = NULL, updated_at = now()
@@ -70,10 +91,9 @@ end
 -- Step 1: returns the row and whether an earlier attempt must be resolved,
 -- or nil (nothing to do) and an optional retry_in.
 local function begin(target_id)
-  local now = clock.now()
-  local row = assert(db.query(START_SQL, target_id, now))[1]
+  local row = start_attempts(target_id)
   if row and row.started then
-    row.attempts, row.run_attempts, row.attempt_started_at = row.attempts + 1, row.run_attempts + 1, now
+    row.attempts, row.run_attempts = row.attempts + 1, row.run_attempts + 1
     return row, false
   end
   local resolve, later
@@ -129,28 +149,49 @@ local function context(row)
   }
 end
 
--- A published target, and its post locked for posts.settle_locked.
-local PUBLISHED_SQL = [[/* generic plan */ WITH t AS (
-    UPDATE post_targets SET status = 'published', platform_post_id = $2, permalink_url = $3,
-           published_at = now(), error = NULL, next_attempt_at = NULL, updated_at = now()
-     WHERE id = $1 RETURNING post_id)
-  SELECT ]] .. posts.POST_COLUMNS .. [[ FROM posts WHERE id = (SELECT post_id FROM t) FOR UPDATE]]
+-- Published targets ($1: [{id, platformPostId, permalinkUrl}]), and their
+-- posts locked, in the order of their ids, for posts.settle_locked_many.
+local PUBLISHED_SQL = [[/* generic plan */ WITH v AS (
+    SELECT x->>'id' AS id, x->>'platformPostId' AS platform_post_id, x->>'permalinkUrl' AS permalink_url
+      FROM jsonb_array_elements($1::jsonb) x),
+  t AS (
+    UPDATE post_targets pt SET status = 'published', platform_post_id = v.platform_post_id,
+           permalink_url = v.permalink_url, published_at = now(), error = NULL, next_attempt_at = NULL,
+           updated_at = now()
+      FROM v WHERE pt.id = v.id RETURNING pt.post_id)
+  SELECT ]] .. posts.POST_COLUMNS .. [[ FROM posts WHERE id IN (SELECT post_id FROM t) ORDER BY id FOR UPDATE]]
+
+-- Step 3 for the targets a worker's jobs published in one turn of its loop
+-- (lib/coalesce.lua), in one transaction: the targets are written and their
+-- posts locked in one statement (the targets first, like every other step),
+-- and the posts' targets read in the same round trip by a statement of its
+-- own that starts once the locks are held, so it sees what the previous
+-- holders committed; then the posts are settled, those that end together.
+local record_published = coalesce.new(function(target_ids, outcomes)
+  local list = {}
+  for i, id in ipairs(target_ids) do
+    list[i] = { id = id, platformPostId = outcomes[i].platform_post_id, permalinkUrl = outcomes[i].permalink_url }
+  end
+  db.transaction(function()
+    local answers = assert(db.batch({ PUBLISHED_SQL, list }, { posts.TARGETS_OF_POSTS_OF_SQL, target_ids }))
+    local locked, of_post = {}, {}
+    for i, post in ipairs(answers[1]) do
+      locked[i] = { post = post, targets = {} }
+      of_post[post.id] = locked[i].targets
+    end
+    for _, t in ipairs(answers[2]) do table.insert(of_post[t.post_id], t) end
+    posts.settle_locked_many(locked)
+  end)
+  return {} -- nothing more to do for any of them
+end)
 
 -- Step 3: record the outcome and settle the post; returns the job's answer.
 local function record(row, outcome)
+  if outcome.status == "published" then return record_published(row.id, outcome) end
   local answer
   db.transaction(function()
     local status = outcome.status
-    if status == "published" then
-      -- The target is written and then its post locked, in one statement
-      -- (in this order, like every other step: the target first); the
-      -- targets are read in the same round trip, by a statement of their
-      -- own that starts once the lock is held.
-      local answers = assert(db.batch({ PUBLISHED_SQL, row.id, outcome.platform_post_id, outcome.permalink_url },
-        { posts.TARGETS_SQL, row.post_id }))
-      posts.settle_locked(answers[1][1], answers[2])
-      return
-    elseif status == "unknown" then
+    if status == "unknown" then
       -- Stays 'publishing': the next run asks the platform before trying again.
       answer = { retry_in = retry.delay(row.run_attempts, { base = config.get("publishing.retry.base_seconds"),
         max = config.get("publishing.retry.max_seconds") }) }
