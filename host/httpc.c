@@ -97,6 +97,7 @@ struct sgw_httpc {
     int        timer_set;          /* curl asked to be called at timer_at */
     int        unwatched;          /* some running transfer has x->unwatched set */
     uint64_t   timer_at;           /* monotonic ms */
+    xfer      *found;              /* finished, for httpc_deliver (done_next) */
 };
 
 /* ------------------------------------------------------------ lists */
@@ -756,12 +757,19 @@ static void deliver(xfer *done, void (*on_ready)(lua_State *, int, void *), void
     }
 }
 
-void httpc_poll(sgw_httpc *h, int timeout_ms, struct pollfd *extra, int nextra,
-                void (*on_ready)(lua_State *co, int nres, void *ud), void *ud) {
+/* Appends a list (linked by done_next) to h->found. */
+static void keep_found(sgw_httpc *h, xfer *list) {
+    xfer **tail = &h->found;
+    while (*tail) tail = &(*tail)->done_next;
+    *tail = list;
+}
+
+void httpc_wait(sgw_httpc *h, int timeout_ms, struct pollfd *extra, int nextra) {
     xfer *failed = NULL;
     if (h) promote(h, &failed);
     if (failed) {
-        deliver(failed, on_ready, ud);
+        for (int i = 0; i < nextra; i++) extra[i].revents = 0;
+        keep_found(h, failed);
         return;
     }
     if (!h || !h->running.n) {
@@ -772,6 +780,7 @@ void httpc_poll(sgw_httpc *h, int timeout_ms, struct pollfd *extra, int nextra,
     }
     /* One wait for the caller's sockets, curl's epoll set and curl's timer. */
     int wait = timeout_ms > 0 ? timeout_ms : 0;
+    if (h->found) wait = 0;
     if (h->timer_set) {
         uint64_t now = clock_mono_ms();
         int left = h->timer_at > now ? (int)(h->timer_at - now) : 0;
@@ -801,14 +810,25 @@ void httpc_poll(sgw_httpc *h, int timeout_ms, struct pollfd *extra, int nextra,
         h->timer_set = 0;               /* curl sets it again if it wants */
         curl_multi_socket_action(h->multi, CURL_SOCKET_TIMEOUT, 0, &still);
     }
-    xfer *done = collect_done(h);
-    xfer *unwatched = h->unwatched ? fail_unwatched(h) : NULL;
+    keep_found(h, collect_done(h));
+    if (h->unwatched) keep_found(h, fail_unwatched(h));
     /* Refill the freed slots before running Lua, so queued transfers start
      * while the finished ones are being handled. */
     promote(h, &failed);
-    deliver(done, on_ready, ud);
-    deliver(unwatched, on_ready, ud);
-    deliver(failed, on_ready, ud);
+    keep_found(h, failed);
+}
+
+void httpc_deliver(sgw_httpc *h, void (*on_ready)(lua_State *co, int nres, void *ud), void *ud) {
+    if (!h || !h->found) return;
+    xfer *found = h->found;
+    h->found = NULL;
+    deliver(found, on_ready, ud);
+}
+
+void httpc_poll(sgw_httpc *h, int timeout_ms, struct pollfd *extra, int nextra,
+                void (*on_ready)(lua_State *co, int nres, void *ud), void *ud) {
+    httpc_wait(h, timeout_ms, extra, nextra);
+    httpc_deliver(h, on_ready, ud);
 }
 
 int httpc_global_init(void) { return curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK ? 0 : -1; }

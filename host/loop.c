@@ -83,10 +83,14 @@ int loop_ready(sgw_worker *w) {
 
 void loop_wait(sgw_worker *w, struct pollfd *fds, int n, int timeout_ms,
                void (*on_ready)(lua_State *co, int nres, void *ud), void *ud) {
-    httpc_poll(w->httpc, redis_loop_timeout(w->redis_loop, timeout_ms), fds, n, on_ready, ud);
+    httpc_wait(w->httpc, redis_loop_timeout(w->redis_loop, timeout_ms), fds, n);
+    /* Statements' answers first: their coroutines hold a connection (and a
+     * transaction's locks) that others wait for, while finished transfers
+     * (hundreds at once in a wave of publications) hold nothing. */
     pgpool_drive(w->pgpool, fds, n, on_ready, ud);
     pgpool_drive(w->replica_pool, fds, n, on_ready, ud);
     redis_loop_drive(w->redis_loop, fds, n, on_ready, ud);
     offload_drive(w->inbox, on_ready, ud);
+    httpc_deliver(w->httpc, on_ready, ud);
     waits_drive(w->waits, on_ready, ud);
 }

@@ -391,6 +391,11 @@ void       httpc_set_current(sgw_httpc *h, lua_State *co);
 struct pollfd;
 void       httpc_poll(sgw_httpc *h, int timeout_ms, struct pollfd *extra, int nextra,
                       void (*on_ready)(lua_State *co, int nres, void *ud), void *ud);
+/* httpc_poll in two halves, so that a loop resumes other waits in between:
+ * httpc_wait waits and lets curl act, keeping the finished transfers;
+ * httpc_deliver resumes their coroutines. */
+void       httpc_wait(sgw_httpc *h, int timeout_ms, struct pollfd *extra, int nextra);
+void       httpc_deliver(sgw_httpc *h, void (*on_ready)(lua_State *co, int nres, void *ud), void *ud);
 /* Global `http`: http.request{method,url,headers,body,timeout} */
 void       lapi_http_open(lua_State *L, sgw_worker *w);
 /* deny_private_addresses' rule: 1 when the textual IPv4/IPv6 address is not

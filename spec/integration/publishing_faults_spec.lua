@@ -257,6 +257,7 @@ describe("publishing through crashes", function()
 
   it("loses and duplicates nothing when PostgreSQL restarts in the middle", function()
     local pg = own_services.postgres("faults", "sgw_faults")
+    finally(pg.purge) -- also when the test fails: no server left running
     local url = pg.url
     local fake = fake_graph.start({ latency_ms = 300 })
     local sgw = stack.start_sgw { name = "faults-pg", set = settings(fake), database_url = url }
@@ -271,6 +272,5 @@ describe("publishing through crashes", function()
     for i = 1, 20 do assert.are.equal(1, times_published(fake, t.page.id, "PG restart " .. i), "PG restart " .. i) end
     assert.is_true(sgw:alive(), "sgw survived the database restart")
     sgw:stop()
-    pg.purge()
   end)
 end)
