@@ -105,7 +105,17 @@ function M.create(client, v, request)
   return post_id, op_id
 end
 
--- Cancel: only while every target is still scheduled or queued.
+-- Locks a post's targets (of the caller's company and environment), in the
+-- order of their ids: before the post, as every step of publishing locks
+-- them (lib/publisher.lua), so that a cancel meeting a batch of attempts
+-- starting waits for it instead of deadlocking with it.
+function M.lock_targets(client, post_id)
+  assert(db.query([[SELECT id FROM post_targets WHERE post_id = $1 AND company_id = $2 AND environment = $3
+      ORDER BY id FOR UPDATE]], post_id, client.company_id, client.environment))
+end
+
+-- Cancel: only while every target is still scheduled or queued (its caller
+-- locked the targets, then the post).
 function M.cancel(client, post)
   if post.status == "cancelled" then return true end
   local targets = M.targets_of(post.id)

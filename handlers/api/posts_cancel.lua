@@ -5,6 +5,7 @@ local posts = require "posts"
 return function(req, ctx)
   local cancelled
   db.transaction(function()
+    posts.lock_targets(ctx.client, req.params.postId)
     local post = posts.find(ctx.client, req.params.postId, true)
     if not post then problem.raise(404, "not_found", "No post with this id.") end
     cancelled = posts.cancel(ctx.client, post)

@@ -155,6 +155,38 @@ describe("posts", function()
       status = "cancelled", platformPostId = cjson.null, error = cjson.null } } }, op.result)
   end)
 
+  it("cancels a post whose target a worker is starting by waiting for it, not deadlocking with it", function()
+    -- A batch of attempts starting (lib/publisher.lua) locks the target, then
+    -- the post; a cancel that locked the post first would deadlock with it.
+    local _, body = api("POST", "/api/v1/posts", text_post({ { socialAccountId = fb.id, platform = "facebook" } },
+      { publishing = { mode = "scheduled", scheduledAt = iso_in(3600) } }))
+    local post_id = body.resource.postId
+    local _, post = api("GET", "/api/v1/posts/" .. post_id)
+    local target_id = post.targets[1].id
+    local q = stack.shell_quote
+    local dir = os.tmpname()
+    local worker = io.popen("psql " .. q(sgw.database_url) .. " -X -q -v ON_ERROR_STOP=1 >" .. q(dir .. ".psql") .. " 2>&1", "w")
+    worker:write("BEGIN;\nSELECT id FROM post_targets WHERE id = '" .. target_id .. "' FOR UPDATE;\n")
+    worker:flush()
+    local holding = "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction' AND query LIKE "
+      .. "'SELECT id FROM post_targets WHERE id = ''" .. target_id .. "''%'"
+    stack.eventually(function() return stack.psql(sgw.database_url, holding) == "1" end, 10, 0.02, "the target locked")
+    os.execute("curl -s -o /dev/null -w '%{http_code}' -X POST -H " .. q("X-Api-Key: " .. key) .. " "
+      .. q(sgw.base_url .. "/api/v1/posts/" .. post_id .. "/cancel") .. " >" .. q(dir .. ".code") .. " 2>&1 &")
+    local waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+    stack.eventually(function() return stack.psql(sgw.database_url, waiting) == "1" end, 10, 0.02, "the cancel waiting")
+    worker:write("UPDATE post_targets SET status = 'publishing' WHERE id = '" .. target_id .. "';\n"
+      .. "UPDATE posts SET status = 'publishing' WHERE id = '" .. post_id .. "';\nCOMMIT;\n")
+    local committed = worker:close()
+    local function read(path) local f = io.open(path) local v = f and f:read("a") or "" if f then f:close() end return v end
+    assert.is_true(committed, "the starting attempt went through: " .. read(dir .. ".psql"))
+    stack.eventually(function() return read(dir .. ".code") ~= "" end, 10, 0.02, "the cancel answered")
+    assert.are.equal("409", read(dir .. ".code"))
+    local _, after = api("GET", "/api/v1/posts/" .. post_id)
+    assert.are.equal("publishing", after.targets[1].status)
+    os.remove(dir) os.remove(dir .. ".psql") os.remove(dir .. ".code")
+  end)
+
   it("publishes a scheduled post within a second of scheduledAt", function()
     local at = math.floor(stack.now()) + 3
     local _, body = api("POST", "/api/v1/posts", text_post({ { socialAccountId = fb.id, platform = "facebook" } },
