@@ -42,4 +42,28 @@ function M.new(run)
   end
 end
 
+-- coalesce.single_flight(fn) returns call(key, ...): while fn(key, ...) runs
+-- for a key (it may wait: a call to the platform), the worker's other
+-- coroutines that call for the same key wait for it and get its results,
+-- instead of asking again (500 Instagram attempts starting together read
+-- their 10 accounts' publishing quota 10 times, not 500). An error of fn
+-- is raised in each of them. Where a coroutine cannot wait, it calls fn.
+function M.single_flight(fn)
+  local running = {}
+  return function(key, ...)
+    local flight = running[key]
+    if flight and sched.waitable() then
+      flight.done:wait()
+    else
+      flight = { done = sched.event() }
+      running[key] = flight
+      flight.results = table.pack(pcall(fn, key, ...))
+      running[key] = nil
+      flight.done:set()
+    end
+    if not flight.results[1] then error(flight.results[2], 0) end
+    return table.unpack(flight.results, 2, flight.results.n)
+  end
+end
+
 return M

@@ -18,6 +18,7 @@
 -- still in the window leaves it: for the publishes sgw made itself that is
 -- its published_at + quota_duration; for publishes made elsewhere at the
 -- latest now + quota_duration. The wait is the earlier of the two.
+local coalesce = require "coalesce"
 local graph = require "platforms.graph"
 local graph_errors = require "platforms.graph_errors"
 
@@ -66,6 +67,10 @@ local function fetch(account)
   return limit
 end
 
+-- fetch for an account that other attempts of this worker are not reading
+-- already (their answer is this one's).
+local fetch_once = coalesce.single_flight(function(_, account) return fetch(account) end)
+
 -- Seconds until a slot of the window is certain to be free (see above).
 local function seconds_to_free(account, duration)
   local now = clock.now()
@@ -103,7 +108,7 @@ function M.check(account)
   -- a cached count never outlives the window it came from.
   if limit and limit.usage < limit.total then return nil end
   local err
-  limit, err = fetch(account)
+  limit, err = fetch_once(account.id, account)
   -- Unknown: publish anyway; Meta still refuses over the quota (9/2207042).
   if not limit then
     log.warn("instagram_quota_unknown", { accountId = account.id, error = err and err.message })

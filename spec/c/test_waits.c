@@ -101,6 +101,25 @@ int main(void) {
                   "  'every caller gets the error', table.concat(errors, ' | '))\n"
                   "check(call(7)[1] == 70, 'outside the loop a call is a batch of its own')");
 
+    /* single_flight: three callers for one key while its call waits get
+     * its answer; another key is a call of its own. */
+    lua_check(&w, "asked = {}\n"
+                  "read = coalesce.single_flight(function(key, extra)\n"
+                  "  asked[#asked + 1] = key\n"
+                  "  if key == 'a' then sched.later() end\n"
+                  "  return key .. extra, 'second'\n"
+                  "end)\n"
+                  "answers = {}");
+    run_many(&w, "single flight",
+             "local key = I == 4 and 'b' or 'a'\n"
+             "local one, two = read(key, '!')\n"
+             "answers[I] = one .. ' ' .. two\n", 4);
+    lua_check(&w, "check(table.concat(asked, ' ') == 'a b', 'one call a key', table.concat(asked, ' '))\n"
+                  "check(answers[1] == 'a! second' and answers[2] == answers[1] and answers[3] == answers[1],\n"
+                  "  'the waiters get its results', tostring(answers[2]))\n"
+                  "check(answers[4] == 'b! second', 'another key asks', tostring(answers[4]))\n"
+                  "check(read('a', '?') == 'a?', 'once it is over the next call asks again')");
+
     /* A waiter that goes: setting the event later resumes nothing. */
     lua_check(&w, "gone = sched.event()");
     lua_State *co = lua_newthread(w.L);

@@ -76,6 +76,20 @@ function M.install(overrides)
     iso = function(t) return os.date("!%Y-%m-%dT%H:%M:%S.000Z", math.floor(t or now)) end,
   }
   _G.metrics = { inc = function() end, set = function() end }
+  -- Code under a unit spec runs outside a worker's loop: no coroutine may
+  -- wait on another (as in the CLI), so lib/coalesce.lua calls through.
+  _G.sched = {
+    waitable = function() return false end,
+    later = function() end,
+    event = function()
+      local set = false
+      return {
+        set = function() set = true end,
+        is_set = function() return set end,
+        wait = function() if not set then error("sched: this coroutine cannot wait here", 2) end end,
+      }
+    end,
+  }
   -- The process's shared store, its times to live on the clock above.
   _G.shared = M.shared_store(function() return now * 1000 end)
   -- Files of the checkout, as the host's asset() gives those of the loaded code.
