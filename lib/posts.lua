@@ -38,7 +38,7 @@ function M.present_target(t)
 end
 
 -- A post's targets in order ($1: the post's id).
-M.TARGETS_SQL = "/* generic plan */ SELECT " .. TARGET_COLUMNS .. " FROM post_targets WHERE post_id = $1 ORDER BY position"
+local TARGETS_SQL = "/* generic plan */ SELECT " .. TARGET_COLUMNS .. " FROM post_targets WHERE post_id = $1 ORDER BY position"
 
 -- The targets of the posts of some targets ($1: their ids, a JSON array),
 -- post by post, each post's in order.
@@ -47,7 +47,7 @@ M.TARGETS_OF_POSTS_OF_SQL = "/* generic plan */ SELECT " .. TARGET_COLUMNS .. [[
   ORDER BY post_id, position]]
 
 function M.targets_of(post_id, query)
-  return assert((query or db.query)(M.TARGETS_SQL, post_id))
+  return assert((query or db.query)(TARGETS_SQL, post_id))
 end
 
 function M.present(p, targets)
@@ -202,6 +202,17 @@ function M.settle(post_id)
   return M.settle_locked(rows[1])
 end
 
+-- A post's final status by its targets, or nil while one of them is open.
+local function final_status(targets)
+  local published, failed = 0, 0
+  for _, t in ipairs(targets) do
+    if t.status == "published" then published = published + 1
+    elseif t.status == "failed" then failed = failed + 1
+    elseif t.status ~= "cancelled" then return nil end
+  end
+  return failed == 0 and "published" or (published > 0 and "partially_published" or "failed")
+end
+
 -- M.settle for posts their caller locked (FOR UPDATE, in this transaction)
 -- after changing their targets: the targets are read by a statement of
 -- their own, so they are seen as the transactions that held the locks
@@ -215,19 +226,13 @@ function M.settle_locked_many(locked)
     local post = l.post
     if post and not M.FINAL_POST[post.status] then
       local targets = l.targets or M.targets_of(post.id)
-      local published, failed, open = 0, 0, 0
-      for _, t in ipairs(targets) do
-        if t.status == "published" then published = published + 1
-        elseif t.status == "failed" then failed = failed + 1
-        elseif t.status ~= "cancelled" then open = open + 1 end
-      end
-      if open > 0 then
+      local status = final_status(targets)
+      if not status then
         if post.status ~= "publishing" then
           assert(db.exec("/* generic plan */ UPDATE posts SET status = 'publishing', updated_at = now() WHERE id = $1", post.id))
           operations.set_running(post.operation_id)
         end
       else
-        local status = failed == 0 and "published" or (published > 0 and "partially_published" or "failed")
         local data = M.result(post.id, status, targets)
         data.operationId = post.operation_id
         data.externalReference = or_null(post.external_reference)
