@@ -25,7 +25,11 @@
  * sends ASKING and the command once to the node named, TRYAGAIN and
  * CLUSTERDOWN send it again after a short pause (a due time the loop's poll
  * honours, not a sleep). A node lost fails the calls waiting on it as a
- * single server's loss does, and marks the map for reading again.
+ * single server's loss does, and marks the map for reading again; but a call
+ * that never left this worker (its node refused the connection, or never
+ * accepted it) waits once for the map being read and goes by it, so that a
+ * worker that had nothing to do while a master failed over finds the
+ * promoted replica on its first call instead of failing it.
  *
  * The map is the worker's own (each worker opens its own sgw_redis, hence
  * its own sgw_cluster), read and changed only on the worker's thread, by the
@@ -54,13 +58,17 @@ typedef struct waiter {
     int        slot;                /* cluster: the command's slot, -1 keyless */
     int        hops;                /* redirections and retries so far */
     int        map;                 /* cluster: CLUSTER SLOTS, for the map */
+    int        map_wait;            /* cluster: MAP_AWAITED while parked for the map, then MAP_WAITED */
 } waiter;
+
+enum { MAP_AWAITED = 1, MAP_WAITED = 2 };
 
 /* One server's connection and the calls waiting on it. */
 typedef struct conn {
     sgw_redis   *node;              /* its settings and back-off (redis.c) */
     int          own_node;          /* one server: ours; a cluster's node: the map's */
     redisContext *ctx;              /* NULL: not connected */
+    int          established;       /* ctx has written or read: commands may have reached the node */
     int          unwritten;         /* commands appended since the last complete write */
     waiter      *line, *spare;      /* ring of cap; spare: failing detaches the line into it */
     int          cap, head, len;
@@ -73,6 +81,8 @@ struct sgw_redis_loop {
     int          line_cap;
     waiter      *later;             /* cluster: TRYAGAIN, CLUSTERDOWN; of max_waiters */
     int          nlater, max_waiters;
+    int          maps_asked;        /* cluster: CLUSTER SLOTS waiting in some line */
+    uint64_t     map_deadline;      /* when the last of them fails by timeout */
     lua_State   *current;           /* the coroutine being resumed */
     /* What the coroutine being resumed by deliver() gets. */
     lua_State   *given_co;
@@ -209,11 +219,35 @@ static void give_up(sgw_redis_loop *rl, waiter *w, const char *err,
     deliver(rl, w->co, NULL, err, on_ready, ud);
 }
 
+static void read_map(sgw_redis_loop *rl);
+
+/* A cluster call whose node cannot be reached, and which has not reached
+ * it, waits (once) for the slot map being read, then goes by it. 1: parked,
+ * w's command now the retry list's; 0: nothing to wait for. */
+static int await_map(sgw_redis_loop *rl, const waiter *w) {
+    if (rl->maps_asked == 0 || w->map_wait || !w->co || !w->cmd || w->slot < 0 || rl->nlater == rl->max_waiters)
+        return 0;
+    waiter parked = *w;
+    parked.map_wait = MAP_AWAITED;
+    parked.deadline = rl->map_deadline;   /* the ask's own time-out releases them too */
+    rl->later[rl->nlater++] = parked;
+    return 1;
+}
+
+/* The map came, or its ask failed: parked calls go by the map as it is. */
+static void map_answered(sgw_redis_loop *rl) {
+    rl->maps_asked--;
+    for (int i = 0; i < rl->nlater; i++)
+        if (rl->later[i].map_wait == MAP_AWAITED) rl->later[i].deadline = 0;
+}
+
 /* Drops the connection and fails every call waiting on it with err. */
 static void fail_all(sgw_redis_loop *rl, conn *c, const char *kind, const char *detail,
                      void (*on_ready)(lua_State *, int, void *), void *ud) {
     const char *err;
     redis_node_fail(c->node, kind, detail, &err);
+    /* Nothing of a connection that never got through reached the node. */
+    int unsent = rl->cluster && !c->established;
     if (rl->cluster) redis_cluster_lost(rl->cluster);
     char msg[256];
     snprintf(msg, sizeof msg, "%s", err);
@@ -229,7 +263,11 @@ static void fail_all(sgw_redis_loop *rl, conn *c, const char *kind, const char *
     c->line = failed;
     c->head = 0;
     c->len = 0;
-    for (int i = 0; i < n; i++) give_up(rl, &failed[i], msg, on_ready, ud);
+    for (int i = 0; i < n; i++)
+        if (failed[i].map) map_answered(rl);
+    if (unsent) read_map(rl);
+    for (int i = 0; i < n; i++)
+        if (!unsent || !await_map(rl, &failed[i])) give_up(rl, &failed[i], msg, on_ready, ud);
 }
 
 static void push_waiter(conn *c, waiter w) {
@@ -250,6 +288,7 @@ static int conn_push(conn *c, waiter w, int asking, const char **err) {
         int nsetup = 0;
         c->ctx = redis_node_connect_nonblock(c->node, &nsetup, err);
         if (!c->ctx) return -1;
+        c->established = 0;
         for (int i = 0; i < nsetup; i++) push_waiter(c, (waiter){ .deadline = deadline, .setup = 1, .slot = -1 });
         c->unwritten = 1;
     }
@@ -304,7 +343,10 @@ static void read_map(sgw_redis_loop *rl) {
         conn *c = conn_to(rl, node, &err);
         waiter w = { .slot = -1, .map = 1, .cmd = slots_cmd, .cmdlen = sizeof slots_cmd - 1 };
         if (c && conn_push(c, w, 0, &err) == 0) {
-            c->line[(c->head + c->len - 1) % c->cap].cmd = NULL;     /* static, not owned */
+            waiter *asked = &c->line[(c->head + c->len - 1) % c->cap];
+            asked->cmd = NULL;     /* static, not owned */
+            rl->maps_asked++;
+            rl->map_deadline = asked->deadline;
             redis_cluster_map_asked(rl->cluster, k);
             return;
         }
@@ -334,7 +376,7 @@ static int route(sgw_redis_loop *rl, waiter w, sgw_redis *to, int asking, const 
         redis_cluster_lost(rl->cluster);
         read_map(rl);
         sgw_redis *next = redis_cluster_node_known(rl->cluster, w.slot);
-        if (w.slot >= 0 && next == to) return -1;
+        if (w.slot >= 0 && next == to) return await_map(rl, &w) ? 0 : -1;
         to = next;
     }
     return -1;
@@ -457,10 +499,12 @@ static int read_replies(sgw_redis_loop *rl, conn *c, void (*on_ready)(lua_State 
             fail_all(rl, c, "connect", detail, on_ready, ud);
             return -1;
         }
+        c->established = 1;
         redis_node_ok(c->node);
         if (w.map) {
             redis_cluster_apply_map(rl->cluster, r, c->node);
             freeReplyObject(r);
+            map_answered(rl);
             continue;
         }
         if (w.cmd && w.co && redirected(rl, &w, r, on_ready, ud)) continue;
@@ -482,6 +526,7 @@ static void drive_conn(sgw_redis_loop *rl, conn *c, const struct pollfd *fds, in
             fail_all(rl, c, "io", c->ctx->errstr, on_ready, ud);
             return;
         }
+        c->established = 1;      /* writable: the connect went through */
         if (done) c->unwritten = 0;
     }
     if ((revents & (POLLIN | POLLERR | POLLHUP)) && c->len == 0) {
@@ -507,6 +552,7 @@ static void retry_due(sgw_redis_loop *rl, void (*on_ready)(lua_State *, int, voi
         /* Out of the list before anything resumes a coroutine. */
         waiter w = rl->later[i];
         rl->later[i] = rl->later[--rl->nlater];
+        if (w.map_wait) w.map_wait = MAP_WAITED;
         const char *err;
         if (!w.co) redisFreeCommand(w.cmd);
         else if (route(rl, w, NULL, 0, &err) != 0) give_up(rl, &w, err, on_ready, ud);

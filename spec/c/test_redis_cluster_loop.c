@@ -5,7 +5,8 @@
  * (cluster_fixture.h): many calls in flight over all nodes at once; a call
  * that waits long (BLPOP) while the loop runs other coroutines; MOVED after
  * a slot moved; ASK while a slot migrates; NOSCRIPT on each node; the map
- * read again while calls go on; a node killed while calls wait on it. Skipped when redis-server cannot be run.
+ * read again while calls go on; a map naming a node that is gone; a node
+ * killed while calls wait on it. Skipped when redis-server cannot be run.
  */
 #include "sgw.h"
 #include "check.h"
@@ -236,6 +237,28 @@ static void test_cluster_loop(void)
          * and fails them (a dead master) is not asked every time. */
         check(!redis_node_is(redis_cluster_nth_node(map, 0), "127.0.0.1", 9, cl.node[asked].port),
               "the next map is asked of another node", NULL);
+    }
+
+    /* A worker that slept through a failover: its map names, for every
+     * slot, a node that is gone (a free port). Each call finds the node
+     * refusing, waits for the map being read and goes by it: answered, none
+     * failed. Before, every call failed until the map had come. */
+    char gone[160];
+    snprintf(gone, sizeof gone, "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n",
+             cluster_free_port());
+    redisReader *reader = redisReaderCreate();
+    void *old_map = NULL;
+    check(reader && redisReaderFeed(reader, gone, strlen(gone)) == REDIS_OK &&
+          redisReaderGetReply(reader, &old_map) == REDIS_OK && old_map, "a map naming a gone node", NULL);
+    if (reader) redisReaderFree(reader);
+    if (old_map) {
+        check(redis_cluster_apply_map(map, old_map, redis_cluster_nth_node(map, 0)) == 0, "applied", NULL);
+        freeReplyObject(old_map);
+        poll(NULL, 0, 150);              /* the map may be read again */
+        run_many(&w, "a map naming a gone node",
+                 "local v, e, class = redis.call('INCR', K .. '{' .. TAG[I % 3 + 1] .. '}slept')\n"
+                 "check(math.type(v) == 'integer', 'answered by the node the new map names', tostring(e))\n", 6);
+        check(!redis_loop_in_flight(w.redis_loop), "nothing left waiting", NULL);
     }
 
     /* A node killed while calls wait on it: node 0 is paused, so calls for

@@ -107,6 +107,16 @@ function M.start(opts)
     for _, n in ipairs(c.nodes) do c.kill(n) end
   end
   c.wait_ok()
+  -- A replica that has not synced with its master yet cannot take over
+  -- from it: a spec that kills a master right after the start would wait
+  -- for a failover that never comes.
+  stack.eventually(function()
+    for _, n in ipairs(c.alive()) do
+      local info = cli(n.port, "info", "replication")
+      if info:find("role:slave", 1, true) and not info:find("master_link_status:up", 1, true) then return false end
+    end
+    return true
+  end, 20, 0.05, "every replica in sync with its master")
   return c
 end
 
