@@ -266,7 +266,10 @@ describe("publishing through crashes", function()
     for i = 1, 20 do ops[i] = t.text("PG restart " .. i) end
     stack.eventually(function() return fake.published(t.page.id).total > 0 end, 20, 0.05, "publishing under way")
     pg.stop()
-    stack.sleep(1)
+    -- Down until sgw has seen it down (its /readyz says so), not for a
+    -- length of time that says nothing of what sgw saw.
+    stack.eventually(function() return (sgw:admin("GET", "/readyz")) == 503 end, 15, 0.05,
+      "sgw to see the database down")
     pg.start()
     for _, b in ipairs(ops) do assert.are.equal("succeeded", t.wait(b.operationId, 120).status) end
     for i = 1, 20 do assert.are.equal(1, times_published(fake, t.page.id, "PG restart " .. i), "PG restart " .. i) end
