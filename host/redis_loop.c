@@ -220,6 +220,7 @@ static void give_up(sgw_redis_loop *rl, waiter *w, const char *err,
 }
 
 static void read_map(sgw_redis_loop *rl);
+static void ask_map(sgw_redis_loop *rl);
 
 /* A cluster call whose node cannot be reached, and which has not reached
  * it, waits (once) for the slot map being read, then goes by it. 1: parked,
@@ -234,9 +235,8 @@ static int await_map(sgw_redis_loop *rl, const waiter *w) {
     return 1;
 }
 
-/* The map came, or its ask failed: parked calls go by the map as it is. */
-static void map_answered(sgw_redis_loop *rl) {
-    rl->maps_asked--;
+/* The map came, or no ask is left: parked calls go by the map as it is. */
+static void release_parked(sgw_redis_loop *rl) {
     for (int i = 0; i < rl->nlater; i++)
         if (rl->later[i].map_wait == MAP_AWAITED) rl->later[i].deadline = 0;
 }
@@ -263,9 +263,14 @@ static void fail_all(sgw_redis_loop *rl, conn *c, const char *kind, const char *
     c->line = failed;
     c->head = 0;
     c->len = 0;
-    for (int i = 0; i < n; i++)
-        if (failed[i].map) map_answered(rl);
-    if (unsent) read_map(rl);
+    int maps_lost = 0;
+    for (int i = 0; i < n; i++) maps_lost += failed[i].map;
+    rl->maps_asked -= maps_lost;
+    /* An ask that never reached its node (a dead one whose quiet period had
+     * passed) goes to the next node at once. */
+    if (unsent && maps_lost) ask_map(rl);
+    else if (unsent) read_map(rl);
+    if (maps_lost && rl->maps_asked == 0) release_parked(rl);
     for (int i = 0; i < n; i++)
         if (!unsent || !await_map(rl, &failed[i])) give_up(rl, &failed[i], msg, on_ready, ud);
 }
@@ -329,14 +334,13 @@ static conn *conn_to(sgw_redis_loop *rl, sgw_redis *node, const char **err) {
     return c;
 }
 
-/* Asks for the slot map when it is stale, without waiting: the first node
- * in turn that can be reached gets CLUSTER SLOTS in its line, and its reply
- * replaces the map (read_replies). The turn moves on with every ask: a dead
- * master whose back-off ends as the map falls due again would otherwise
- * take every ask and fail it. */
-static void read_map(sgw_redis_loop *rl) {
+/* Asks for the slot map without waiting: the first node in turn that can
+ * be reached gets CLUSTER SLOTS in its line, and its reply replaces the map
+ * (read_replies). The turn moves on with every ask: a dead master whose
+ * back-off ends as the map falls due again would otherwise take every ask
+ * and fail it. */
+static void ask_map(sgw_redis_loop *rl) {
     static char slots_cmd[] = "*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n";
-    if (!redis_cluster_map_due(rl->cluster)) return;
     sgw_redis *node;
     for (int k = 0; (node = redis_cluster_nth_node(rl->cluster, k)); k++) {
         const char *err;
@@ -347,10 +351,17 @@ static void read_map(sgw_redis_loop *rl) {
             asked->cmd = NULL;     /* static, not owned */
             rl->maps_asked++;
             rl->map_deadline = asked->deadline;
+            for (int i = 0; i < rl->nlater; i++)      /* calls parked for an ask that failed */
+                if (rl->later[i].map_wait == MAP_AWAITED) rl->later[i].deadline = rl->map_deadline;
             redis_cluster_map_asked(rl->cluster, k);
             return;
         }
     }
+}
+
+/* The same when the map is stale, at most every REFRESH_MIN_MS. */
+static void read_map(sgw_redis_loop *rl) {
+    if (redis_cluster_map_due(rl->cluster)) ask_map(rl);
 }
 
 /* Sends a cluster command to `to`, or to the node of its slot when NULL.
@@ -504,7 +515,8 @@ static int read_replies(sgw_redis_loop *rl, conn *c, void (*on_ready)(lua_State 
         if (w.map) {
             redis_cluster_apply_map(rl->cluster, r, c->node);
             freeReplyObject(r);
-            map_answered(rl);
+            rl->maps_asked--;
+            release_parked(rl);
             continue;
         }
         if (w.cmd && w.co && redirected(rl, &w, r, on_ready, ud)) continue;

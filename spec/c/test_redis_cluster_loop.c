@@ -5,7 +5,8 @@
  * (cluster_fixture.h): many calls in flight over all nodes at once; a call
  * that waits long (BLPOP) while the loop runs other coroutines; MOVED after
  * a slot moved; ASK while a slot migrates; NOSCRIPT on each node; the map
- * read again while calls go on; a map naming a node that is gone; a node
+ * read again while calls go on; a map naming a node that is gone, or one
+ * that never answers the connection; a node
  * killed while calls wait on it. Skipped when redis-server cannot be run.
  */
 #include "sgw.h"
@@ -42,6 +43,54 @@ static int l_kill_node(lua_State *L)
     return 0;
 }
 
+/* A listener that never accepts, its one place in the queue taken: a
+ * connection to it waits unanswered, as to a host that is down. */
+static int hung_fd = -1, hung_filler = -1;
+
+static int hung_listener(void)
+{
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t alen = sizeof a;
+    hung_fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (hung_fd < 0 || bind(hung_fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(hung_fd, 0) != 0 ||
+        getsockname(hung_fd, (struct sockaddr *)&a, &alen) != 0)
+        return -1;
+    hung_filler = socket(AF_INET, SOCK_STREAM, 0);
+    if (hung_filler < 0 || connect(hung_filler, (struct sockaddr *)&a, alen) != 0)
+        return -1;
+    return ntohs(a.sin_port);
+}
+
+/* close_listener(): the hung listener goes; the connection waiting on it is
+ * refused when its SYN is sent again (about a second later). */
+static int l_close_listener(lua_State *L)
+{
+    (void)L;
+    if (hung_filler >= 0) close(hung_filler);
+    if (hung_fd >= 0) close(hung_fd);
+    hung_fd = hung_filler = -1;
+    return 0;
+}
+
+/* Gives the map one node for every slot, 127.0.0.1:port, as a worker's
+ * map that was read before a failover would name the dead master. */
+static int map_all_slots_to(sgw_cluster *map, int port)
+{
+    char resp[160];
+    snprintf(resp, sizeof resp, "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n", port);
+    redisReader *reader = redisReaderCreate();
+    void *rep = NULL;
+    int ok = reader && redisReaderFeed(reader, resp, strlen(resp)) == REDIS_OK &&
+             redisReaderGetReply(reader, &rep) == REDIS_OK && rep &&
+             redis_cluster_apply_map(map, rep, redis_cluster_nth_node(map, 0)) == 0;
+    if (rep) freeReplyObject(rep);
+    if (reader) redisReaderFree(reader);
+    check(ok, "a map naming one node for every slot", NULL);
+    return ok ? 0 : -1;
+}
+
 static void open_worker(sgw_worker *w)
 {
     memset(w, 0, sizeof *w);
@@ -52,6 +101,7 @@ static void open_worker(sgw_worker *w)
     lua_register(w->L, "check", l_check);
     lua_register(w->L, "push", l_push);
     lua_register(w->L, "kill_node", l_kill_node);
+    lua_register(w->L, "close_listener", l_close_listener);
     lapi_redis_open(w->L, w);
     char setup[128];
     snprintf(setup, sizeof setup, "K = 'sgw_cluster_loop:%ld:'; started, ended = 0, 0", (long)getpid());
@@ -243,23 +293,39 @@ static void test_cluster_loop(void)
      * slot, a node that is gone (a free port). Each call finds the node
      * refusing, waits for the map being read and goes by it: answered, none
      * failed. Before, every call failed until the map had come. */
-    char gone[160];
-    snprintf(gone, sizeof gone, "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n",
-             cluster_free_port());
-    redisReader *reader = redisReaderCreate();
-    void *old_map = NULL;
-    check(reader && redisReaderFeed(reader, gone, strlen(gone)) == REDIS_OK &&
-          redisReaderGetReply(reader, &old_map) == REDIS_OK && old_map, "a map naming a gone node", NULL);
-    if (reader) redisReaderFree(reader);
-    if (old_map) {
-        check(redis_cluster_apply_map(map, old_map, redis_cluster_nth_node(map, 0)) == 0, "applied", NULL);
-        freeReplyObject(old_map);
+    int gone = cluster_free_port();
+    const char *slept =
+        "local v, e, class = redis.call('INCR', K .. '{' .. TAG[I % 3 + 1] .. '}slept')\n"
+        "check(math.type(v) == 'integer', 'answered by the node the new map names', tostring(e))\n";
+    if (map_all_slots_to(map, gone) == 0) {
         poll(NULL, 0, 150);              /* the map may be read again */
-        run_many(&w, "a map naming a gone node",
-                 "local v, e, class = redis.call('INCR', K .. '{' .. TAG[I % 3 + 1] .. '}slept')\n"
-                 "check(math.type(v) == 'integer', 'answered by the node the new map names', tostring(e))\n", 6);
+        run_many(&w, "a map naming a gone node", slept, 6);
         check(!redis_loop_in_flight(w.redis_loop), "nothing left waiting", NULL);
     }
+    /* Again, with the gone node in its quiet period after that failure
+     * (redis.retry_interval_ms): the calls fail to connect at once. */
+    if (map_all_slots_to(map, gone) == 0) {
+        poll(NULL, 0, 150);
+        run_many(&w, "a map naming a gone node in its quiet period", slept, 6);
+        check(!redis_loop_in_flight(w.redis_loop), "nothing left waiting", NULL);
+    }
+
+    /* The same with a node that never answers the connection (a host that
+     * is down): the call waits on it until the connection fails, nothing
+     * sent, then goes by the map read meanwhile. */
+    int hung = hung_listener();
+    check(hung > 0, "a listener that never accepts", NULL);
+    if (hung > 0 && map_all_slots_to(map, hung) == 0) {
+        run_many(&w, "a map naming a node that never answers",
+                 "if I == 1 then\n"
+                 "  local v, e = redis.call('INCR', K .. '{' .. TAG[1] .. '}slept')\n"
+                 "  check(math.type(v) == 'integer', 'answered once the connection failed', tostring(e))\n"
+                 "else\n"
+                 "  close_listener()\n"
+                 "end\n", 2);
+        check(!redis_loop_in_flight(w.redis_loop), "nothing left waiting", NULL);
+    }
+    l_close_listener(NULL);
 
     /* A node killed while calls wait on it: node 0 is paused, so calls for
      * its slots wait; coroutine 6 works on node 2 meanwhile, then kills
