@@ -55,10 +55,13 @@ function M.single_flight(fn)
     if flight and sched.waitable() then
       flight.done:wait()
     else
+      -- A caller that cannot wait for a flight under way makes its own,
+      -- which must not take that flight's place.
+      local mine = not flight
       flight = { done = sched.event() }
-      running[key] = flight
+      if mine then running[key] = flight end
       flight.results = table.pack(pcall(fn, key, ...))
-      running[key] = nil
+      if mine then running[key] = nil end
       flight.done:set()
     end
     if not flight.results[1] then error(flight.results[2], 0) end
