@@ -502,12 +502,12 @@ static int xfer_setup(xfer *x, CURL *e, const req_opts *o) {
     }
     /* curl sends a request again by itself when a reused connection closes
      * before any answer: harmless for idempotent methods, a second post for
-     * a POST. Such requests get a connection of their own, so a lost answer
-     * reaches the caller as "protocol" (it may have happened) instead. */
-    if (!idempotent(o->method)) {
-        SET(CURLOPT_FRESH_CONNECT, 1L);
-        SET(CURLOPT_FORBID_REUSE, 1L);
-    }
+     * a POST. Such requests never go over a connection used before, so a
+     * lost answer reaches the caller as "protocol" (it may have happened)
+     * instead. Once answered in full, their connection may carry the
+     * idempotent calls that follow (a post's permalink read): reuse is what
+     * risks a resend, not a connection having carried a POST. */
+    if (!idempotent(o->method)) SET(CURLOPT_FRESH_CONNECT, 1L);
     if (strcmp(o->method, "HEAD") == 0) {
         SET(CURLOPT_NOBODY, 1L);
     } else if (o->has_body || strcmp(o->method, "POST") == 0) {

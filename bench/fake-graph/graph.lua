@@ -311,6 +311,7 @@ local function record_published(entry, text)
   local seen = pub:incr(key, 1, 0)
   if seen == 1 then pub:incr("distinct", 1, 0) elseif seen == 2 then pub:incr("repeated", 1, 0) end
   local n = pub:incr("total", 1, 0)
+  entry.made_at = now() -- when the call that made it was answered (the bench's timeline)
   pub:set("p:" .. n, cjson.encode(entry))
 end
 

@@ -135,6 +135,21 @@ static void drive(run *r, int n) {
     while (r->finished < n && now_ms() - t0 < 5000) httpc_poll(r->w->httpc, 100, NULL, 0, on_ready, r);
 }
 
+/* Runs fn once in a coroutine to its end; returns the coroutine's ref. */
+static int run_one(run *r) {
+    int ref;
+    spawn(r, 1, &ref);
+    drive(r, 1);
+    return ref;
+}
+
+/* Drops a job state and its engine, the coroutine ref first. */
+static void close_job_state(sgw_worker *w, lua_State *L, int ref) {
+    luaL_unref(L, LUA_REGISTRYINDEX, ref);
+    lua_close(L);
+    httpc_free(w->httpc);
+}
+
 static int run_lua(lua_State *L, const char *code, char *why, size_t n) {
     if (luaL_dostring(L, code)) {
         snprintf(why, n, "%s", lua_tostring(L, -1));
@@ -334,6 +349,35 @@ static void test_abandoned(int state_first) {
     check(r.finished == 0, "abandoned coroutines are never resumed", NULL);
 }
 
+/* A POST never goes over a connection used before (curl would send it again
+ * by itself if that connection closed before an answer: a second post); once
+ * answered, its connection is kept for the idempotent calls that follow,
+ * which spares a connection per published target. The server numbers the
+ * connections it accepts. */
+static const char reuse_fn[] =
+    "CONNS = {}\n"
+    "function fn(i) for _, m in ipairs({'POST', 'GET', 'POST', 'GET'}) do\n"
+    "  local r = assert(http.request{method = m, url = 'http://127.0.0.1:' .. PORT .. '/x?delay=0',\n"
+    "    body = m == 'POST' and 'a=1' or nil})\n"
+    "  CONNS[#CONNS + 1] = tonumber(r.body:match('\"conn\":(%d+)'))\n"
+    "end end";
+
+static void test_connection_reuse(void) {
+    sgw_worker w;
+    lua_State *L = job_state(&w, reuse_fn);
+    run r = { .w = &w, .L = L };
+    int ref = run_one(&r);
+    check(r.finished == 1 && r.errors == 0, "four calls in one coroutine", r.last_error);
+    char why[256];
+    check(run_lua(L, "local c = CONNS\n"
+                     "local text = table.concat(c, ' ')\n"
+                     "if #c ~= 4 then return text, false end\n"
+                     "return text, c[2] == c[1] and c[3] ~= c[1] and (c[4] == c[1] or c[4] == c[3])",
+                  why, sizeof why),
+          "each POST on a new connection, the first GET on the first POST's (connections of POST GET POST GET)", why);
+    close_job_state(&w, L, ref);
+}
+
 /* Only the coroutine being resumed by the runner yields; a coroutine of its
  * own inside a job blocks instead of yielding to the wrong resumer. */
 static void test_nested(void) {
@@ -347,17 +391,13 @@ static void test_nested(void) {
                                  "  nested = tostring(a) .. ' ' .. tostring(ok and r.status)\n"
                                  "end");
     run r = { .w = &w, .L = L };
-    int ref;
-    spawn(&r, 1, &ref);
-    drive(&r, 1);
+    int ref = run_one(&r);
     lua_getglobal(L, "nested");
     const char *got = lua_tostring(L, -1);
     check(got && strcmp(got, "200 200") == 0 && r.errors == 0, "nested coroutine blocks; pcall'd call yields",
           got ? got : r.last_error);
     lua_pop(L, 1);
-    luaL_unref(L, LUA_REGISTRYINDEX, ref);
-    lua_close(L);
-    httpc_free(w.httpc);
+    close_job_state(&w, L, ref);
 }
 
 int main(void) {
@@ -373,6 +413,7 @@ int main(void) {
     test_concurrent();
     test_blocking_and_errors();
     test_nested();
+    test_connection_reuse();
     test_unwatched_socket();
     test_abandoned(1);
     test_abandoned(0);

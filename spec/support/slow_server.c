@@ -7,7 +7,9 @@
  *   slow_server PORT DELAY_MS     (PORT 0: any free port)
  *
  * Prints "port N" on stdout once listening. Every request gets 200 and a
- * small JSON body after DELAY_MS, except:
+ * small JSON body after DELAY_MS ({"ok":true,"n":REQUEST,"conn":CONNECTION}:
+ * the request's number and that of the connection it came on, both counted
+ * from 1 since the start, so a client's connection reuse shows), except:
  *   GET /stats   {"peak":..,"current":..,"requests":..,"peak_connections":..}
  *                at once; peak is the most requests held at the same time
  *   POST /reset  zeroes the counters
@@ -34,7 +36,7 @@
 #define MAX_HEAD 65536
 
 static long        delay_ms;
-static atomic_long current, peak, requests, conns, peak_conns;
+static atomic_long current, peak, requests, conns, peak_conns, accepted;
 
 static void raise_peak(atomic_long *p, long v) {
     long old = atomic_load(p);
@@ -78,7 +80,7 @@ static long query_num(const char *path, const char *name) {
     return -1;
 }
 
-static void answer(int fd, const char *method, const char *path, int keep, int *ok) {
+static void answer(int fd, const char *method, const char *path, int keep, long conn, int *ok) {
     char body[256];
     if (strcmp(path, "/stats") == 0) {
         int n = snprintf(body, sizeof body,
@@ -114,7 +116,7 @@ static void answer(int fd, const char *method, const char *path, int keep, int *
             *ok = 0;
         }
     } else {
-        int bl = snprintf(body, sizeof body, "{\"ok\":true,\"n\":%ld}", n);
+        int bl = snprintf(body, sizeof body, "{\"ok\":true,\"n\":%ld,\"conn\":%ld}", n, conn);
         *ok = respond(fd, status > 0 ? (int)status : 200, body, (size_t)bl, keep) == 0;
     }
 }
@@ -122,6 +124,7 @@ static void answer(int fd, const char *method, const char *path, int keep, int *
 static void *serve(void *arg) {
     int fd = (int)(intptr_t)arg;
     raise_peak(&peak_conns, atomic_fetch_add(&conns, 1) + 1);
+    long conn = atomic_fetch_add(&accepted, 1) + 1;
     char *buf = malloc(MAX_HEAD + 1);
     size_t have = 0;
     int ok = buf != NULL;
@@ -160,7 +163,7 @@ static void *serve(void *arg) {
             skip -= r;
         }
         if (!ok) break;
-        answer(fd, method, path, keep, &ok);
+        answer(fd, method, path, keep, conn, &ok);
         if (!keep) break;
     }
     free(buf);
