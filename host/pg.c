@@ -861,13 +861,25 @@ static int replica_only_failure(const char *s) {
 }
 
 #define UNAVAILABLE "database unavailable"
+#define BUSY        "database busy"
 
-/* The message Lua sees. Every outage reads "database unavailable: ...", so
- * that an assert() on it, which keeps only the message, still says what it
- * was (the dispatcher answers such an error with 503). */
+/* A statement the database gave up for the moment, its transaction undone:
+ * its time limit ran out (57014), a deadlock (40P01), a serialization
+ * failure (40001) or a lock it could not take (55P03). The same call may
+ * well succeed again. */
+static int busy_state(const char *s) {
+    return strcmp(s, "57014") == 0 || strcmp(s, "40P01") == 0 || strcmp(s, "40001") == 0 ||
+           strcmp(s, "55P03") == 0;
+}
+
+/* The message Lua sees. Every outage reads "database unavailable: ...", a
+ * statement given up "database busy: ...", so that an assert() on it, which
+ * keeps only the message, still says what it was (the dispatcher answers
+ * both with 503 and Retry-After). */
 static void push_message(lua_State *L, const pg_failure *f) {
-    if (unavailable_state(f->sqlstate) && strncmp(f->message, UNAVAILABLE, strlen(UNAVAILABLE)) != 0)
-        lua_pushfstring(L, UNAVAILABLE ": %s", f->message);
+    const char *prefix = unavailable_state(f->sqlstate) ? UNAVAILABLE : busy_state(f->sqlstate) ? BUSY : NULL;
+    if (prefix && strncmp(f->message, prefix, strlen(prefix)) != 0)
+        lua_pushfstring(L, "%s: %s", prefix, f->message);
     else
         lua_pushstring(L, f->message);
 }

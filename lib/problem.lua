@@ -65,10 +65,12 @@ function M.is_problem(v)
 end
 
 -- True when an error (a message, or a traceback that starts with one) says
--- the database could not be reached: the db binding words every such
--- failure "database unavailable: ...", also through assert().
+-- the database could not serve: the db binding words every outage "database
+-- unavailable: ..." and every statement it gave up for the moment (its time
+-- limit, a deadlock) "database busy: ...", also through assert().
 function M.is_outage(err)
-  return type(err) == "string" and err:find("database unavailable", 1, true) ~= nil
+  return type(err) == "string" and (err:find("database unavailable", 1, true) ~= nil
+    or err:find("database busy", 1, true) ~= nil)
 end
 
 -- Seconds a client waits before it tries again after a dependency outage.

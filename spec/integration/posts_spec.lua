@@ -187,6 +187,34 @@ describe("posts", function()
     os.remove(dir) os.remove(dir .. ".psql") os.remove(dir .. ".code")
   end)
 
+  it("answers 503 with Retry-After and changes nothing when a statement runs out of time waiting for a lock", function()
+    -- A second instance on the same database whose statements may take 300 ms.
+    local hasty = stack.start_sgw { name = "posts-hasty", database_url = sgw.database_url, set = {
+      ["crypto.encryption_key"] = ENCRYPTION_KEY, ["api.rate_limit.per_minute"] = 100000,
+      ["database.statement_timeout_ms"] = 300 } }
+    local _, body = api("POST", "/api/v1/posts", text_post({ { socialAccountId = fb.id, platform = "facebook" } },
+      { publishing = { mode = "scheduled", scheduledAt = iso_in(3600) } }))
+    local post_id = body.resource.postId
+    local q = stack.shell_quote
+    local holder = io.popen("psql " .. q(sgw.database_url) .. " -X -q -v ON_ERROR_STOP=1 >/dev/null 2>&1", "w")
+    holder:write("BEGIN;\nSELECT id FROM posts WHERE id = '" .. post_id .. "' FOR UPDATE;\n")
+    holder:flush()
+    local holding = "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction' AND query LIKE "
+      .. "'SELECT id FROM posts WHERE id = ''" .. post_id .. "''%'"
+    stack.eventually(function() return stack.psql(sgw.database_url, holding) == "1" end, 10, 0.02, "the post locked")
+    local status, problem, headers = hasty:json("POST", "/api/v1/posts/" .. post_id .. "/cancel",
+      { headers = { ["X-Api-Key"] = key } })
+    holder:write("ROLLBACK;\n")
+    holder:close()
+    assert.are.equal(503, status, cjson.encode(problem))
+    assert.are.equal("service_unavailable", problem.code)
+    assert.are.equal("2", headers["retry-after"] or headers["Retry-After"])
+    local _, after = api("GET", "/api/v1/posts/" .. post_id)
+    assert.are.equal("scheduled", after.status)
+    assert.are.equal(200, (api("POST", "/api/v1/posts/" .. post_id .. "/cancel")))
+    hasty:stop()
+  end)
+
   it("publishes a scheduled post within a second of scheduledAt", function()
     local at = math.floor(stack.now()) + 3
     local _, body = api("POST", "/api/v1/posts", text_post({ { socialAccountId = fb.id, platform = "facebook" } },
