@@ -131,13 +131,10 @@ local function spawn(argv, paths)
 end
 
 --- Starts chromedriver on a free port; returns a driver.
-function M.start()
-  local binary = os.getenv("SGW_CHROMEDRIVER") or "chromedriver"
-  local code = stack.sh("command -v " .. q(binary))
-  if code ~= 0 then
-    error("chromedriver not found: install Debian's chromium and chromium-driver (scripts/dev installs them), "
-      .. "or set SGW_CHROMEDRIVER", 2)
-  end
+-- Starts chromedriver on a free port and waits for it to be ready; nil and
+-- the log when it exited because that port was taken meanwhile (it binds the
+-- port on IPv6 too, where another socket may hold the number: seen in CI).
+local function start_on_free_port(binary)
   local port = stack.free_port()
   local logs = stack.build_dir() .. "/test-logs"
   os.execute("mkdir -p " .. q(logs))
@@ -156,15 +153,32 @@ function M.start()
     local status, raw = stack.request("GET", d.url .. "/status", { timeout = 2 })
     local v = status == 200 and cjson_safe.decode(raw)
     if v and v.value and v.value.ready then
-      break
+      return d
     end
     if read_file(d.paths.status) or stack.now() > deadline then
       d:stop()
-      error("chromedriver did not become ready; log " .. d.paths.log .. ":\n" .. (read_file(d.paths.log) or ""), 2)
+      local log = read_file(d.paths.log) or ""
+      if log:find("Address already in use", 1, true) then return nil, log end
+      error("chromedriver did not become ready; log " .. d.paths.log .. ":\n" .. log, 3)
     end
     stack.sleep(0.1)
   end
-  return d
+end
+
+function M.start()
+  local binary = os.getenv("SGW_CHROMEDRIVER") or "chromedriver"
+  local code = stack.sh("command -v " .. q(binary))
+  if code ~= 0 then
+    error("chromedriver not found: install Debian's chromium and chromium-driver (scripts/dev installs them), "
+      .. "or set SGW_CHROMEDRIVER", 2)
+  end
+  local log
+  for _ = 1, 5 do
+    local d
+    d, log = start_on_free_port(binary)
+    if d then return d end
+  end
+  error("chromedriver found no free port in 5 tries; the last log:\n" .. log, 2)
 end
 
 --- A new browser session with a fresh profile. opts.width, opts.height.
