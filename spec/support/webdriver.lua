@@ -130,7 +130,6 @@ local function spawn(argv, paths)
   error("chromedriver did not start (no pid after 10 s)")
 end
 
---- Starts chromedriver on a free port; returns a driver.
 -- Starts chromedriver on a free port and waits for it to be ready; nil and
 -- the log when it exited because that port was taken meanwhile (it binds the
 -- port on IPv6 too, where another socket may hold the number: seen in CI).
@@ -165,6 +164,7 @@ local function start_on_free_port(binary)
   end
 end
 
+--- Starts chromedriver on a free port; returns a driver.
 function M.start()
   local binary = os.getenv("SGW_CHROMEDRIVER") or "chromedriver"
   local code = stack.sh("command -v " .. q(binary))
