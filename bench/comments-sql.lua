@@ -84,6 +84,7 @@ end
 _G.db = {
   query = statement,
   read_query = statement,
+  read_result = function(sql, ...) return fake_host.result(statement(sql, ...)) end,
   exec = function(sql, ...) statement(sql, ...) return 1 end,
   transaction = function(f)
     depth = depth + 1

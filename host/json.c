@@ -144,30 +144,32 @@ static void put_string(enc *e, const char *s, size_t len) {
     put_char(e, '"');
 }
 
-/* cjson's spelling of the number at idx into buf (32 bytes): %.14g, but
- * integers below 1e14 in magnitude in full. Infinities and NaN are refused
- * with cjson's message. */
-static size_t number_text(lua_State *L, int idx, char *buf) {
-    lua_Number d;
-    if (lua_isinteger(L, idx)) {
-        lua_Integer v = lua_tointeger(L, idx);
-        if (v > -100000000000000 && v < 100000000000000) {
-            char tmp[24];
-            size_t n = 0;
-            lua_Unsigned u = v < 0 ? 0u - (lua_Unsigned)v : (lua_Unsigned)v;
-            do { tmp[n++] = (char)('0' + u % 10); u /= 10; } while (u);
-            size_t len = 0;
-            if (v < 0) buf[len++] = '-';
-            while (n) buf[len++] = tmp[--n];
-            buf[len] = 0;
-            return len;
-        }
-        d = (lua_Number)v;
-    } else {
-        d = lua_tonumber(L, idx);
-    }
+/* cjson's spelling of a float into buf (32 bytes): %.14g. Infinities and
+ * NaN are refused with cjson's message. */
+static size_t float_text(lua_State *L, lua_Number d, char *buf) {
     if (isinf(d) || isnan(d)) fail(L, "Cannot serialise number: must not be NaN or Inf");
     return (size_t)snprintf(buf, 32, "%.14g", (double)d);
+}
+
+/* cjson's spelling of an integer: in full below 1e14 in magnitude, else as
+ * the float it is. */
+static size_t integer_text(lua_State *L, lua_Integer v, char *buf) {
+    if (v <= -100000000000000 || v >= 100000000000000) return float_text(L, (lua_Number)v, buf);
+    char tmp[24];
+    size_t n = 0;
+    lua_Unsigned u = v < 0 ? 0u - (lua_Unsigned)v : (lua_Unsigned)v;
+    do { tmp[n++] = (char)('0' + u % 10); u /= 10; } while (u);
+    size_t len = 0;
+    if (v < 0) buf[len++] = '-';
+    while (n) buf[len++] = tmp[--n];
+    buf[len] = 0;
+    return len;
+}
+
+/* cjson's spelling of the number at idx into buf (32 bytes). */
+static size_t number_text(lua_State *L, int idx, char *buf) {
+    if (lua_isinteger(L, idx)) return integer_text(L, lua_tointeger(L, idx), buf);
+    return float_text(L, lua_tonumber(L, idx), buf);
 }
 
 /* ------------------------------------------------------------------ shapes */
@@ -516,6 +518,120 @@ static void encode_table(enc *e, int t, int shape, int depth) {
     lua_settop(L, top);
 }
 
+/* ---------------------------------------------------------------- raw JSON
+ *
+ * Text already written as JSON (json_push_rows), which encode writes as it
+ * is. It is userdata, so that Lua code cannot pass a string off as JSON. */
+#define RAW_MT "sgw.json.raw"
+
+typedef struct {
+    size_t len;
+    char text[];
+} raw_json;
+
+static int raw_tostring(lua_State *L) {
+    raw_json *r = luaL_checkudata(L, 1, RAW_MT);
+    lua_pushlstring(L, r->text, r->len);
+    return 1;
+}
+
+static void push_raw(lua_State *L, const char *s, size_t len) {
+    if (len > ((size_t)-1) - sizeof(raw_json)) fail(L, "not enough memory");
+    raw_json *r = lua_newuserdatauv(L, sizeof *r + len, 0);
+    r->len = len;
+    memcpy(r->text, s, len);
+    if (luaL_newmetatable(L, RAW_MT)) {
+        lua_pushcfunction(L, raw_tostring);
+        lua_setfield(L, -2, "__tostring");
+    }
+    lua_setmetatable(L, -2);
+}
+
+/* ------------------------------------------------------------ rows as JSON
+ *
+ * A row view (lib/json.lua's row_view) is a sequence: a literal, then for
+ * each value the column it comes from, the JSON text written when that
+ * column is NULL, and the literal after it. A row is written as the literals
+ * with the values between them: the view decides every key and its order
+ * (the order encode would write them in), this only spells the values, as
+ * encode spells what db.query makes of them. */
+enum { VIEW_MAX_VALUES = 64 };
+
+typedef struct {
+    const char *lit, *null;
+    size_t lit_len, null_len;
+    int column;
+    json_cell_kind kind;
+} view_part;
+
+/* A string of the view (anchored by it) at index i. */
+static const char *view_string(lua_State *L, int view, lua_Integer i, size_t *len) {
+    if (lua_rawgeti(L, view, i) != LUA_TSTRING)
+        luaL_error(L, "a row view holds strings only (entry %d is not one)", (int)i);
+    const char *s = lua_tolstring(L, -1, len);
+    lua_pop(L, 1);
+    return s;
+}
+
+static void put_cell(enc *e, const view_part *p, const char *v, size_t len) {
+    char buf[32];
+    if (!v) {
+        put(e, p->null, p->null_len);
+        return;
+    }
+    switch (p->kind) {
+    case JSON_CELL_STRING:
+        put_string(e, v, len);
+        return;
+    case JSON_CELL_INTEGER:
+        put(e, buf, integer_text(e->L, (lua_Integer)strtoll(v, NULL, 10), buf));
+        return;
+    case JSON_CELL_FLOAT:
+        put(e, buf, float_text(e->L, (lua_Number)strtod(v, NULL), buf));
+        return;
+    case JSON_CELL_BOOLEAN:
+        if (v[0] == 't') put(e, "true", 4);
+        else put(e, "false", 5);
+        return;
+    }
+}
+
+void json_push_rows(lua_State *L, int view, const json_rows *rows, int first, int last) {
+    view = lua_absindex(L, view);
+    luaL_checktype(L, view, LUA_TTABLE);
+    lua_Integer len = (lua_Integer)lua_rawlen(L, view);
+    if (len % 3 != 1 || (len - 1) / 3 > VIEW_MAX_VALUES)
+        luaL_error(L, "a row view is a literal, then a column, a NULL text and a literal for each value "
+                      "(at most %d values)", VIEW_MAX_VALUES);
+    int nvalues = (int)((len - 1) / 3);
+    view_part part[VIEW_MAX_VALUES + 1];
+    for (int i = 0; i <= nvalues; i++) {
+        view_part *p = &part[i];
+        p->lit = view_string(L, view, 3 * (lua_Integer)i + 1, &p->lit_len);
+        if (i == nvalues) break;
+        const char *name = view_string(L, view, 3 * (lua_Integer)i + 2, &(size_t){ 0 });
+        p->column = rows->column(rows->ctx, name, &p->kind);
+        if (p->column < 0) luaL_error(L, "a row view names the column %s, which the result does not have", name);
+        p->null = view_string(L, view, 3 * (lua_Integer)i + 3, &p->null_len);
+    }
+    lua_pushnil(L);
+    enc e = { .L = L, .slot = lua_gettop(L) };
+    put_char(&e, '[');
+    for (int r = first; r <= last; r++) {
+        if (r > first) put_char(&e, ',');
+        for (int i = 0; i < nvalues; i++) {
+            size_t vlen = 0;
+            const char *v = rows->cell(rows->ctx, r, part[i].column, &vlen);
+            put(&e, part[i].lit, part[i].lit_len);
+            put_cell(&e, &part[i], v, vlen);
+        }
+        put(&e, part[nvalues].lit, part[nvalues].lit_len);
+    }
+    put_char(&e, ']');
+    push_raw(L, e.out, e.n);
+    lua_replace(L, e.slot);
+}
+
 /* ------------------------------------------------------------------ values */
 
 static void encode_value(enc *e, int idx, int shape, int depth) {
@@ -546,6 +662,14 @@ static void encode_value(enc *e, int idx, int shape, int depth) {
             return;
         }
         break;
+    case LUA_TUSERDATA: {
+        const raw_json *r = luaL_testudata(L, idx, RAW_MT);
+        if (r) {
+            put(e, r->text, r->len);
+            return;
+        }
+        break;
+    }
     default:
         break;
     }

@@ -1015,10 +1015,18 @@ static void push_rows(lua_State *L, PGresult *r) {
     }
 }
 
-/* What a successful statement gives Lua: its rows, or (db.exec) the count
- * of rows it affected. Frees the result. */
-static int push_answer(lua_State *L, res_box *box, int want_rows) {
-    if (want_rows) {
+typedef enum { RUN_EXEC, RUN_QUERY, RUN_READ, RUN_READ_RESULT } run_kind;
+
+static const char *const run_names[] = { "exec", "query", "read_query", "read_result" };
+
+static int is_read(run_kind kind) { return kind == RUN_READ || kind == RUN_READ_RESULT; }
+
+/* What a successful statement gives Lua: its rows, the result itself
+ * (box, on the top of the stack: db.read_result) or (db.exec) the count of
+ * rows it affected. */
+static int push_answer(lua_State *L, res_box *box, run_kind kind) {
+    if (kind == RUN_READ_RESULT) return 1;
+    if (kind != RUN_EXEC) {
         push_rows(L, box->res);
     } else {
         const char *affected = PQcmdTuples(box->res);
@@ -1028,8 +1036,6 @@ static int push_answer(lua_State *L, res_box *box, int want_rows) {
     box->res = NULL;
     return 1;
 }
-
-typedef enum { RUN_EXEC, RUN_QUERY, RUN_READ } run_kind;
 
 /* Runs a lag-tolerant read on the replica when it may serve, else (or when
  * the replica fails where the primary would not) on the primary. */
@@ -1048,15 +1054,13 @@ static PGresult *run_read(sgw_pg *pg, const char *sql, int n, const char *const 
     return run(pg, sql, n, vals, f);
 }
 
-/* db.query, db.read_query and db.exec share everything but the connection
+/* db.query, db.read_query, db.read_result and db.exec share everything but the connection
  * and the shape of the answer. */
 static int db_run(lua_State *L, run_kind kind) {
-    static const char *const names[] = { "exec", "query", "read_query" };
     luaL_checkstring(L, 1);
-    int want_rows = kind != RUN_EXEC;
     int n = lua_gettop(L) - 1;      /* gettop, so trailing nils count */
     if (n > MAX_PARAMS)
-        return luaL_error(L, "db.%s: at most %d parameters", names[kind], MAX_PARAMS);
+        return luaL_error(L, "db.%s: at most %d parameters", run_names[kind], MAX_PARAMS);
     sgw_pg *pg = upvalue_pg(L);
     if (!pg) return push_not_configured(L);
 
@@ -1066,15 +1070,13 @@ static int db_run(lua_State *L, run_kind kind) {
     if (collect_params(L, n, vals, num, &f)) return push_failure(L, &f);
 
     res_box *box = new_res_box(L);
-    box->res = kind == RUN_READ ? run_read(pg, lua_tostring(L, 1), n, vals, &f)
+    box->res = is_read(kind) ? run_read(pg, lua_tostring(L, 1), n, vals, &f)
                                 : run(pg, lua_tostring(L, 1), n, vals, &f);
     if (!box->res) return push_failure(L, &f);
 
-    return push_answer(L, box, want_rows);
+    return push_answer(L, box, kind);
 }
 
-/* On a socket thread these first migrate (SGW_MIGRATE_IF_SOCKET); the
- * continuations run the same body on the worker's own thread. */
 static int db_run_async(lua_State *L, run_kind kind);
 static int db_transaction_async(lua_State *L, sgw_pgpool *p);
 static sgw_pgpool *async_pool(lua_State *L);
@@ -1086,37 +1088,104 @@ static int db_dispatch(lua_State *L, run_kind kind) {
     return db_run(L, kind);
 }
 
-static int db_query_k(lua_State *L, int status, lua_KContext ctx) {
+/* A call's continuation once it migrated: the kind is its context. */
+static int db_dispatch_k(lua_State *L, int status, lua_KContext ctx) {
     (void)status;
-    (void)ctx;
-    return db_dispatch(L, RUN_QUERY);
+    return db_dispatch(L, (run_kind)ctx);
 }
 
-static int db_read_query_k(lua_State *L, int status, lua_KContext ctx) {
-    (void)status;
-    (void)ctx;
-    return db_dispatch(L, RUN_READ);
+/* db.query, db.read_query, db.read_result and db.exec: on a socket thread
+ * the call first migrates (as SGW_MIGRATE_IF_SOCKET does), then runs on the
+ * worker's own thread. */
+static int db_call(lua_State *L, run_kind kind) {
+    if (sgw_socket_co && sgw_migrate_if_socket(L)) return lua_yieldk(L, 0, (lua_KContext)kind, db_dispatch_k);
+    return db_dispatch(L, kind);
 }
 
-static int db_exec_k(lua_State *L, int status, lua_KContext ctx) {
-    (void)status;
-    (void)ctx;
-    return db_dispatch(L, RUN_EXEC);
+static int db_query(lua_State *L) { return db_call(L, RUN_QUERY); }
+static int db_read_query(lua_State *L) { return db_call(L, RUN_READ); }
+static int db_read_result(lua_State *L) { return db_call(L, RUN_READ_RESULT); }
+static int db_exec(lua_State *L) { return db_call(L, RUN_EXEC); }
+
+/* ------------------------------------------------------------ Lua: a result
+ *
+ * What db.read_result gives: the PGresult itself, read where it lies, for
+ * pages written as JSON without a Lua value per cell. `#res` is its row
+ * count, res:get(row, column) one value (as db.query gives it),
+ * res:json(view, first, last) rows as JSON (json_push_rows); res:close()
+ * (or a <close> variable) frees it at once rather than with the garbage. */
+static PGresult *open_result(lua_State *L) {
+    res_box *b = luaL_checkudata(L, 1, RESULT_MT);
+    if (!b->res) luaL_error(L, "the result is closed");
+    return b->res;
 }
 
-static int db_query(lua_State *L) {
-    SGW_MIGRATE_IF_SOCKET(L, db_query_k);
-    return db_dispatch(L, RUN_QUERY);
+static int res_len(lua_State *L) {
+    lua_pushinteger(L, PQntuples(open_result(L)));
+    return 1;
 }
 
-static int db_read_query(lua_State *L) {
-    SGW_MIGRATE_IF_SOCKET(L, db_read_query_k);
-    return db_dispatch(L, RUN_READ);
+/* A row number at arg (1-based) as an index into r. */
+static int row_arg(lua_State *L, PGresult *r, int arg) {
+    lua_Integer row = luaL_checkinteger(L, arg);
+    luaL_argcheck(L, row >= 1 && row <= PQntuples(r), arg, "no such row");
+    return (int)row - 1;
 }
 
-static int db_exec(lua_State *L) {
-    SGW_MIGRATE_IF_SOCKET(L, db_exec_k);
-    return db_dispatch(L, RUN_EXEC);
+static int column_named(const PGresult *r, const char *name) {
+    for (int c = 0, n = PQnfields(r); c < n; c++)
+        if (strcmp(PQfname(r, c), name) == 0) return c;
+    return -1;
+}
+
+static int res_get(lua_State *L) {
+    PGresult *r = open_result(L);
+    int row = row_arg(L, r, 2);
+    int c = column_named(r, luaL_checkstring(L, 3));
+    luaL_argcheck(L, c >= 0, 3, "no such column");
+    if (PQgetisnull(r, row, c)) return 0;
+    lua_settop(L, 3);
+    push_value(L, PQftype(r, c), PQgetvalue(r, row, c), PQgetlength(r, row, c));
+    return 1;
+}
+
+typedef struct { lua_State *L; PGresult *r; } json_source;
+
+static int json_column(void *ctx, const char *name, json_cell_kind *kind) {
+    json_source *src = ctx;
+    int c = column_named(src->r, name);
+    if (c < 0) return -1;
+    switch (PQftype(src->r, c)) {
+    case OID_INT2: case OID_INT4: case OID_INT8: case OID_OID: *kind = JSON_CELL_INTEGER; break;
+    case OID_FLOAT4: case OID_FLOAT8: case OID_NUMERIC: *kind = JSON_CELL_FLOAT; break;
+    case OID_BOOL: *kind = JSON_CELL_BOOLEAN; break;
+    case OID_JSON: case OID_JSONB:
+        luaL_error(src->L, "res:json: the column %s is JSON, which a row view does not write", name);
+        break;
+    default: *kind = JSON_CELL_STRING;
+    }
+    return c;
+}
+
+static const char *json_cell(void *ctx, int row, int column, size_t *len) {
+    json_source *src = ctx;
+    if (PQgetisnull(src->r, row, column)) return NULL;
+    *len = (size_t)PQgetlength(src->r, row, column);
+    return PQgetvalue(src->r, row, column);
+}
+
+/* res:json(view, first?, last?): rows first..last (default all), 1-based. */
+static int res_json(lua_State *L) {
+    PGresult *r = open_result(L);
+    int n = PQntuples(r);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lua_Integer first = luaL_optinteger(L, 3, 1), last = luaL_optinteger(L, 4, n);
+    luaL_argcheck(L, first >= 1 && first <= (lua_Integer)n + 1, 3, "no such row");
+    luaL_argcheck(L, last >= first - 1 && last <= n, 4, "no such row");
+    json_source src = { L, r };
+    json_rows rows = { &src, json_column, json_cell };
+    json_push_rows(L, 2, &rows, (int)first - 1, (int)last - 1);
+    return 1;
 }
 
 static int db_in_transaction(lua_State *L) {
@@ -1252,9 +1321,9 @@ static int db_async_answer(lua_State *L, int status, lua_KContext ctx) {
         }
         return push_failure(L, &f);
     }
-    if (ACTX_KIND(ctx) == RUN_READ)
+    if (is_read(ACTX_KIND(ctx)))
         metrics_count("sgw_db_reads_total", (ctx & ACTX_REPLICA) ? "target=\"replica\"" : "target=\"primary\"", 1);
-    return push_answer(L, box, ACTX_KIND(ctx) != RUN_EXEC);
+    return push_answer(L, box, ACTX_KIND(ctx));
 }
 
 /* Sends the statement at 1 with the parameters 2..n+1; yields for the
@@ -1435,15 +1504,14 @@ static int db_batch(lua_State *L) {
 }
 
 static int db_run_async(lua_State *L, run_kind kind) {
-    static const char *const names[] = { "exec", "query", "read_query" };
     luaL_checkstring(L, 1);
     int n = lua_gettop(L) - 1;
     if (n > MAX_PARAMS)
-        return luaL_error(L, "db.%s: at most %d parameters", names[kind], MAX_PARAMS);
+        return luaL_error(L, "db.%s: at most %d parameters", run_names[kind], MAX_PARAMS);
     /* A lag-tolerant read outside a transaction goes to the replica's pool
      * while the replica may serve. */
     sgw_worker *w = lua_touserdata(L, UV_WORKER);
-    int replica = kind == RUN_READ && w->replica_pool && replica_usable() && !pgpool_held(w->pgpool, L);
+    int replica = is_read(kind) && w->replica_pool && replica_usable() && !pgpool_held(w->pgpool, L);
     return db_async_send(L, 0, ACTX(kind, 0, replica, n));
 }
 
@@ -1775,27 +1843,46 @@ void lapi_db_open(lua_State *L, sgw_worker *w) {
     static const luaL_Reg funcs[] = {
         { "query", db_query },
         { "read_query", db_read_query },
+        { "read_result", db_read_result },
         { "exec", db_exec },
         { "batch", db_batch },
         { "transaction", db_transaction },
         { "in_transaction", db_in_transaction },
         { NULL, NULL }
     };
-    if (luaL_newmetatable(L, RESULT_MT)) {
-        lua_pushcfunction(L, res_box_gc);
-        lua_setfield(L, -2, "__gc");
-    }
+    static const luaL_Reg result_methods[] = {
+        { "get", res_get },
+        { "json", res_json },
+        { "close", res_box_gc },
+        { NULL, NULL }
+    };
+    /* The upvalues of db's functions and of a result's methods: JSON
+     * parameters and json/jsonb columns go through lua-cjson, which the
+     * host links in. */
+#define PUSH_UPVALUES() do { \
+        lua_pushlightuserdata(L, w); \
+        luaL_requiref(L, "cjson", luaopen_cjson, 0); \
+        lua_getfield(L, -1, "encode"); \
+        lua_getfield(L, -2, "decode"); \
+        lua_remove(L, -3); \
+    } while (0)
+    luaL_newmetatable(L, RESULT_MT);
+    lua_pushcfunction(L, res_box_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, res_box_gc);
+    lua_setfield(L, -2, "__close");
+    lua_pushcfunction(L, res_len);
+    lua_setfield(L, -2, "__len");
+    lua_createtable(L, 0, 3);
+    PUSH_UPVALUES();
+    luaL_setfuncs(L, result_methods, 3);
+    lua_setfield(L, -2, "__index");
     lua_pop(L, 1);
 
-    lua_createtable(L, 0, 6);
-    lua_pushlightuserdata(L, w);
-    /* JSON parameters and json/jsonb columns go through lua-cjson, which
-     * the host links in. */
-    luaL_requiref(L, "cjson", luaopen_cjson, 0);
-    lua_getfield(L, -1, "encode");
-    lua_getfield(L, -2, "decode");
-    lua_remove(L, -3);
+    lua_createtable(L, 0, 7);
+    PUSH_UPVALUES();
     luaL_setfuncs(L, funcs, 3);
+#undef PUSH_UPVALUES
     lua_pushlightuserdata(L, NULL);
     lua_setfield(L, -2, "null");
     lua_setglobal(L, "db");

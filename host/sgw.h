@@ -88,6 +88,20 @@ void lapi_crypto_open(lua_State *L);
  * encoder in C (see docs/host-api.md). luaopen_jsonc returns the table. */
 int  luaopen_jsonc(lua_State *L);
 void lapi_json_open(lua_State *L);
+/* Rows of a result as one JSON array (db results' :json, see
+ * docs/host-api.md): how a value of each column is spelled, and the source. */
+typedef enum { JSON_CELL_STRING, JSON_CELL_INTEGER, JSON_CELL_FLOAT, JSON_CELL_BOOLEAN } json_cell_kind;
+typedef struct json_rows {
+    void *ctx;
+    /* The index of the column named name and its kind; -1 when there is
+     * none. May raise (a column whose values cannot be spelled). */
+    int (*column)(void *ctx, const char *name, json_cell_kind *kind);
+    /* A value's text (a boolean's starts with 't' when true), NULL for NULL. */
+    const char *(*cell)(void *ctx, int row, int column, size_t *len);
+} json_rows;
+/* Pushes rows first..last (0-based) written with the row view at index
+ * view, as JSON that jsonc.encode writes as it is. Raises on misuse. */
+void json_push_rows(lua_State *L, int view, const json_rows *rows, int first, int last);
 
 /* ---------------------------------------------------------------- shared.c
  * One bounded key/value store for every Lua state of the process (global

@@ -1,6 +1,7 @@
 -- Comments: the one write path (apply), how they are shown, found and listed.
 -- See docs/comments.md.
 local json = require "json"
+local json_shapes = require "json_shapes"
 local sqltime = require "sqltime"
 local events = require "events"
 local reads = require "reads"
@@ -202,24 +203,33 @@ end
 
 -- The Comment of spec 2.1. Fields no observation has told us yet show as
 -- empty strings rather than break the shape.
+-- How a Comment shows a row (lib/json.lua's row views): present for a row
+-- in Lua, the listing's page written straight from its result.
+local SHOWS = {
+  id = "id", platform = "platform", socialAccountId = "social_account_id", postTargetId = "post_target_id",
+  platformCommentId = "platform_comment_id", platformPostId = "platform_post_id",
+  parentPlatformCommentId = "parent_platform_comment_id", text = { "text", null = "" },
+  author = { platformId = { "author_platform_id", null = "" }, name = { "author_name", null = "" } },
+  isFromAccount = { "is_from_account", null = false }, isHidden = { "is_hidden", null = false },
+  isDeleted = { "is_deleted", null = false }, likeCount = { "like_count", null = 0 },
+  createdAt = "created_at", updatedAt = "updated_at",
+}
+
 function M.present(row)
-  return {
-    id = row.id,
-    platform = row.platform,
-    socialAccountId = row.social_account_id,
-    postTargetId = row.post_target_id,
-    platformCommentId = row.platform_comment_id,
-    platformPostId = row.platform_post_id,
-    parentPlatformCommentId = row.parent_platform_comment_id or json.null,
-    text = row.text or "",
-    author = { platformId = row.author_platform_id or "", name = row.author_name or "" },
-    isFromAccount = row.is_from_account == true,
-    isHidden = row.is_hidden == true,
-    isDeleted = row.is_deleted == true,
-    likeCount = row.like_count or 0,
-    createdAt = row.created_at,
-    updatedAt = row.updated_at,
-  }
+  return json.present(SHOWS, row)
+end
+
+-- The row view of SHOWS in the order of the Comment schema, made once per
+-- loaded document.
+local page_views = setmetatable({}, { __mode = "k" })
+local function page_view()
+  local shape = json_shapes.schema("Comment")
+  local view = page_views[shape or SHOWS]
+  if not view then
+    view = json.row_view(shape, SHOWS)
+    page_views[shape or SHOWS] = view
+  end
+  return view
 end
 
 -- What a batch from the platform (a Meta delivery, a sync page, the sandbox
@@ -282,21 +292,22 @@ local LIST_SQL = "SELECT " .. M.select_list("c.", true) .. ", " .. sqltime.exact
 
 -- One page of a post's comments, oldest first (created_at, id), after the
 -- position `after` ({t, id} from a cursor, or nil), or nil when the caller's
--- company and environment have no such post. Returns rows and the position
--- after the last one when more follow, else nil. A page with comments proves
--- the post is the caller's (a comment is of its post's company and
--- environment), so the post is looked up only for an empty page: most
--- listings are one statement.
+-- company and environment have no such post. Returns the page (JSON of
+-- Comments, for json.encode) and the position after its last comment when
+-- more follow, else nil. A page with comments proves the post is the
+-- caller's (a comment is of its post's company and environment), so the post
+-- is looked up only for an empty page: most listings are one statement.
 function M.list(client, post_id, after, limit)
-  local rows = assert(db.read_query(LIST_SQL,
+  local res <close> = assert(db.read_result(LIST_SQL,
     post_id, client.company_id, client.environment, after and after.t, after and after.id, limit + 1))
-  if not rows[1] and not posts.read(client, post_id) then return nil end
+  local n = #res
+  if n == 0 and not posts.read(client, post_id) then return nil end
   local next_position
-  if #rows > limit then
-    rows[#rows] = nil
-    next_position = { t = rows[limit].position_t, id = rows[limit].id }
+  if n > limit then
+    n = limit
+    next_position = { t = res:get(n, "position_t"), id = res:get(n, "id") }
   end
-  return rows, next_position
+  return res:json(page_view(), 1, n), next_position
 end
 
 return M

@@ -205,6 +205,74 @@ function M.encode(value, shape)
   return M.encode_lua(value, shape)
 end
 
+-- ------------------------------------------------------------ row views
+--
+-- A row view says how a database row is shown as a JSON object: `fields`
+-- maps each key to the column it shows, or to {column, null = value} (what
+-- a NULL shows; json.null when not given), or to a table of such fields (an
+-- object below). present(fields, row) makes the object of a row (as
+-- db.query gives it) for encode; row_view(shape, fields) makes the view with
+-- which a db.read_result result writes rows as JSON itself (res:json, see
+-- docs/host-api.md), keys in the order encode writes them with shape: one
+-- definition, the same bytes either way.
+
+local function is_object(f) return type(f) == "table" and f[1] == nil end
+
+function M.present(fields, row)
+  local out = {}
+  for key, f in next, fields do
+    if is_object(f) then
+      out[key] = M.present(f, row)
+    elseif type(f) == "table" then
+      local v = row[f[1]]
+      if v == nil then v = f.null end
+      out[key] = v == nil and NULL or v
+    else
+      local v = row[f]
+      out[key] = v == nil and NULL or v
+    end
+  end
+  return out
+end
+
+-- The keys of fields in encode's order with shape.
+local function ordered_keys(shape, fields)
+  local keys, named = {}, {}
+  for _, k in ipairs(shape and shape.keys or {}) do
+    if fields[k] ~= nil then keys[#keys + 1], named[k] = k, true end
+  end
+  local rest = {}
+  for k in next, fields do
+    if not named[k] then rest[#rest + 1] = k end
+  end
+  sort(rest, id_first)
+  for _, k in ipairs(rest) do keys[#keys + 1] = k end
+  return keys
+end
+
+function M.row_view(shape, fields)
+  local view, literal = {}, ""
+  local function object(oshape, ofields)
+    literal = literal .. "{"
+    for i, key in ipairs(ordered_keys(oshape, ofields)) do
+      literal = literal .. (i > 1 and "," or "") .. M.encode(key) .. ":"
+      local f = ofields[key]
+      if is_object(f) then
+        object(oshape and oshape.props[key], f)
+      else
+        local column, null = f, NULL
+        if type(f) == "table" then column, null = f[1], f.null == nil and NULL or f.null end
+        view[#view + 1], view[#view + 2], view[#view + 3] = literal, column, M.encode(null)
+        literal = ""
+      end
+    end
+    literal = literal .. "}"
+  end
+  object(shape, fields)
+  view[#view + 1] = literal
+  return view
+end
+
 -- cjson reads 1e999999 as infinity, which nothing downstream can encode or
 -- store again: such a number is refused like any other malformed input.
 local function finite(v)

@@ -14,9 +14,7 @@ return function(req, ctx)
     after = cursor.decode(q.cursor, { t = "time", id = "id" })
     if not after then problem.raise(400, "invalid_cursor", "The cursor is not one this API gave out.") end
   end
-  local rows, next_position = comments.list(ctx.client, req.params.postId, after, limit)
-  if not rows then problem.raise(404, "not_found", "No post with this id.") end
-  local data = {}
-  for i, r in ipairs(rows) do data[i] = comments.present(r) end
-  return 200, { data = json.array(data), nextCursor = next_position and cursor.encode(next_position) or json.null }
+  local page, next_position = comments.list(ctx.client, req.params.postId, after, limit)
+  if not page then problem.raise(404, "not_found", "No post with this id.") end
+  return 200, { data = page, nextCursor = next_position and cursor.encode(next_position) or json.null }
 end

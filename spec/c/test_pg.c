@@ -85,6 +85,7 @@ static lua_State *new_state(sgw_worker *w) {
     lua_register(L, "check", l_check);
     lua_register(L, "kill_backend", l_kill_backend);
     lapi_db_open(L, w);
+    lapi_json_open(L);
     return L;
 }
 
@@ -165,6 +166,54 @@ static const char *types_lua =
     "params[65] = 65\n"
     "ok, e = pcall(db.query, 'SELECT 1', table.unpack(params))\n"
     "check(not ok and e:match('at most 64'), '65 parameters raise')\n";
+
+/* db.read_result: the result read where it lies, and rows written as JSON
+ * by a row view (the listing's page), each value spelled as jsonc.encode
+ * spells what db.query makes of it. */
+static const char *result_lua =
+    "local res <close> = assert(db.read_result([[SELECT * FROM (VALUES\n"
+    "  (1, 'a \"q\" \\ / \u00e9' || chr(1) || chr(127), true, 9007199254740993::int8, 0.1::float8, 2.5::numeric,\n"
+    "   NULL::text, 99999999999999::int8, 1.5::float4, '2026-11-21 10:00:00+00'::timestamptz),\n"
+    "  (2, NULL, false, -42, 1e300, 10, 'x', 100000000000000, NULL, NULL))\n"
+    "  AS v(id, s, b, i8, f, n, maybe, big, f4, ts) ORDER BY id]]))\n"
+    "check(#res == 2, '#res is the row count')\n"
+    "check(res:get(1, 's') == 'a \"q\" \\\\ / \\u{e9}\\1\\127' and res:get(1, 'b') == true, 'get reads text, bool')\n"
+    "check(math.type(res:get(2, 'i8')) == 'integer' and res:get(2, 'i8') == -42, 'get reads an integer')\n"
+    "check(res:get(2, 's') == nil and select('#', res:get(2, 's')) == 0, 'a NULL is nothing')\n"
+    "local view = { '{\"id\":', 'id', 'null', ',\"s\":', 's', '\"\"', ',\"b\":', 'b', 'false', ',\"i8\":', 'i8', 'null',\n"
+    "  ',\"f\":', 'f', 'null', ',\"n\":', 'n', 'null', ',\"maybe\":', 'maybe', 'null', ',\"big\":', 'big', '0',\n"
+    "  ',\"f4\":', 'f4', '-1', ',\"ts\":', 'ts', '\"never\"', '}' }\n"
+    "local page = res:json(view)\n"
+    "local want = '[{\"id\":1,\"s\":\"a \\\\\"q\\\\\" \\\\\\\\ / \\u{e9}\\\\u0001\\\\u007f\",\"b\":true,\"i8\":9.007199254741e+15,'\n"
+    "  .. '\"f\":0.1,\"n\":2.5,\"maybe\":null,\"big\":99999999999999,\"f4\":1.5,\"ts\":\"2026-11-21 10:00:00+00\"},'\n"
+    "  .. '{\"id\":2,\"s\":\"\",\"b\":false,\"i8\":-42,\"f\":1e+300,\"n\":10,\"maybe\":\"x\",\"big\":1e+14,\"f4\":-1,'\n"
+    "  .. '\"ts\":\"never\"}]'\n"
+    "check(type(page) == 'userdata' and tostring(page) == want, 'rows as JSON: ' .. tostring(page))\n"
+    "local rows = assert(db.query('SELECT 9007199254740993::int8 AS i8, 0.1::float8 AS f, 100000000000000::int8 AS big'))\n"
+    "check(jsonc.encode(rows[1].i8) == '9.007199254741e+15' and jsonc.encode(rows[1].f) == '0.1'\n"
+    "  and jsonc.encode(rows[1].big) == '1e+14', 'spelled as jsonc.encode spells db.query values')\n"
+    "check(jsonc.encode({ data = page, n = 1 }) == '{\"data\":' .. want .. ',\"n\":1}', 'encode writes it as it is')\n"
+    "check(tostring(res:json(view, 2, 2)) == '[' .. want:match(',({\"id\":2.*})%]$') .. ']', 'a range of rows')\n"
+    "check(tostring(res:json(view, 1, 0)) == '[]' and tostring(res:json(view, 3)) == '[]', 'no rows')\n"
+    "local function fails(pattern, f, ...)\n"
+    "  local ok, err = pcall(f, ...)\n"
+    "  check(not ok and tostring(err):find(pattern, 1, true), pattern .. ': ' .. tostring(err))\n"
+    "end\n"
+    "fails('no such row', res.json, res, view, 0)\n"
+    "fails('no such row', res.json, res, view, 1, 3)\n"
+    "fails('no such row', res.get, res, 3, 'id')\n"
+    "fails('no such column', res.get, res, 1, 'nope')\n"
+    "fails('names the column nope', res.json, res, { '{\"x\":', 'nope', 'null', '}' })\n"
+    "fails('a row view is a literal', res.json, res, { '{', 'id', 'null' })\n"
+    "fails('holds strings only', res.json, res, { '{', 'id', false, '}' })\n"
+    "local odd <close> = assert(db.read_result(\"SELECT 'Infinity'::float8 AS f, '{}'::jsonb AS j\"))\n"
+    "fails('Cannot serialise number: must not be NaN or Inf', odd.json, odd, { '', 'f', 'null', '' })\n"
+    "fails('the column j is JSON', odd.json, odd, { '', 'j', 'null', '' })\n"
+    "res:close()\n"
+    "fails('the result is closed', res.json, res, view)\n"
+    "fails('the result is closed', function() return #res end)\n"
+    "local r, e = db.read_result('SELECT nope')\n"
+    "check(r == nil and tostring(e):find('nope', 1, true), 'a failed statement is nil, err')\n";
 
 static const char *tx_lua =
     "check(db.in_transaction() == false, 'not in a transaction')\n"
@@ -407,6 +456,7 @@ int main(void) {
     lua_setglobal(L, "TBL");
 
     run_lua(L, "=types", types_lua);
+    run_lua(L, "=result", result_lua);
     run_lua(L, "=transactions", tx_lua);
     CHECK(pg_in_transaction(w.pg), "pg_in_transaction sees the open transaction");
     pg_reset_session(w.pg);

@@ -470,6 +470,49 @@ describe("comments", function()
       for _, c in ipairs(empty.data) do assert_shape(c) end
     end)
 
+    it("writes each listed comment byte for byte as GET /api/v1/comments/{id} does", function()
+      -- The listing writes its page straight from the database's result; a
+      -- single comment goes through the Lua encoder. Texts that need escapes,
+      -- a reply, an author without a name, a comment without text, the
+      -- Page's own, hidden and removed ones.
+      local post, target = publish(fb, { type = "text", message = "Listed bytes" })
+      local function change(verb, n, extra)
+        local v = { item = "comment", verb = verb, post_id = target.platformPostId,
+          comment_id = target.platformPostId:match("_(%d+)$") .. "_b" .. n, parent_id = target.platformPostId,
+          created_time = T0 + n, from = { id = "u" .. n, name = "U" .. n } }
+        for k, val in pairs(extra or {}) do v[k] = val end
+        return { field = "feed", value = v }
+      end
+      ingest(page({
+        change("add", 1, { message = 'quote " backslash \\ slash / tab \t newline \n </script>' }),
+        change("add", 2, { message = "Grüße 👋 \127 \1 \31", from = { id = "u2" },
+          parent_id = target.platformPostId:match("_(%d+)$") .. "_b1" }),
+        change("add", 3, { from = { id = fb.platformAccountId, name = "Comment page" } }),
+        change("add", 4, { message = "hidden later" }),
+        change("hide", 4, { created_time = T0 + 50 }),
+        change("add", 5, { message = "removed later" }),
+        change("remove", 5, { created_time = T0 + 60 }),
+      }))
+      local function raw(path)
+        local status, body = sgw:request("GET", path, { headers = { ["X-Api-Key"] = key } })
+        assert.are.equal(200, status, body)
+        return body
+      end
+      local singles = {}
+      for n = 1, 5 do
+        singles[n] = raw("/api/v1/comments/" .. comment_id(target.platformPostId:match("_(%d+)$") .. "_b" .. n))
+      end
+      assert.matches('"text":""', singles[3], 1, true)
+      assert.matches('"name":""', singles[2], 1, true)
+      assert.are.equal('{"data":[' .. table.concat(singles, ",") .. '],"nextCursor":null}',
+        raw("/api/v1/posts/" .. post.id .. "/comments"))
+      local first = cjson.decode(raw("/api/v1/posts/" .. post.id .. "/comments?limit=2"))
+      assert.are.equal(2, #first.data)
+      assert.are.equal(
+        '{"data":[' .. table.concat(singles, ",", 3, 5) .. '],"nextCursor":null}',
+        raw("/api/v1/posts/" .. post.id .. "/comments?limit=3&cursor=" .. first.nextCursor))
+    end)
+
     it("refuses a bad limit or cursor with 400", function()
       for _, q in ipairs { "limit=0", "limit=101", "limit=abc", "limit=2.5" } do
         local status, body = api("GET", "/api/v1/posts/" .. fb_post.id .. "/comments?" .. q)

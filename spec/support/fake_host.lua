@@ -63,6 +63,31 @@ function M.shared_store(now_ms)
   }
 end
 
+-- What db.read_result gives, made from rows as db.query gives them (a
+-- recording db's answer): #res, res:get(row, column), res:json(view, first,
+-- last) written in Lua as host/json.c writes it (as text: the fake host has
+-- no raw JSON for encode), res:close().
+function M.result(rows)
+  local json = require "json"
+  local methods = {}
+  function methods.get(_, i, column) return assert(rows[i], "no such row")[column] end
+  function methods.json(_, view, first, last)
+    local out = {}
+    for i = first or 1, last or #rows do
+      out[#out + 1] = view[1]
+      for p = 2, #view - 1, 3 do
+        local v = rows[i][view[p]]
+        out[#out + 1] = (v == nil and view[p + 1] or json.encode(v)) .. view[p + 2]
+      end
+      out[#out + 1] = ","
+    end
+    if #out > 0 then out[#out] = nil end
+    return "[" .. table.concat(out) .. "]"
+  end
+  function methods.close() end
+  return setmetatable({}, { __index = methods, __len = function() return #rows end, __close = function() end })
+end
+
 function M.install(overrides)
   local values = read_defaults()
   for k, v in pairs(overrides or {}) do values[k] = v end

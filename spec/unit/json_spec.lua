@@ -100,3 +100,38 @@ describe("json.encode with a shape", function()
     assert.are.equal('{"1":"a","x":"b"}', json.encode({ [1] = "a", x = "b" }))
   end)
 end)
+
+-- Row views: one definition of how a row shows, for present (Lua) and for a
+-- page written from a database result (host/json.c; fake_host.result writes
+-- what it does, in Lua).
+describe("json row views", function()
+  local fake_host = require "fake_host"
+  local shape = json.shape({ "id", "name", "owner", "count" }, {
+    props = { owner = json.shape({ "login", "since" }) } })
+  local fields = {
+    zeta = "z", id = "id", count = { "n", null = 0 }, name = { "name", null = "" },
+    owner = { since = "since", login = { "login", null = "nobody" } }, flag = { "f", null = false },
+  }
+
+  it("writes the keys in encode's order with the shape, the rest sorted", function()
+    assert.are.same({ '{"id":', "id", "null", ',"name":', "name", '""', ',"owner":{"login":', "login", '"nobody"',
+      ',"since":', "since", "null", '},"count":', "n", "0", ',"flag":', "f", "false", ',"zeta":', "z", "null", "}" },
+      json.row_view(shape, fields))
+    local unshaped = json.row_view(nil, fields)
+    assert.are.same({ '{"id":', ',"count":', ',"flag":' }, { unshaped[1], unshaped[4], unshaped[7] },
+      "without a shape: id first, then sorted")
+  end)
+
+  it("shows a row the same way through present and through the view", function()
+    local rows = {
+      { id = "r1", name = 'a "quoted" / \\ name\n', n = 3, login = "ann", since = "2026", f = true, z = 1.5 },
+      { id = "r2" },
+    }
+    local view = json.row_view(shape, fields)
+    local presented = {}
+    for i, r in ipairs(rows) do presented[i] = json.encode(json.present(fields, r), shape) end
+    assert.are.equal("[" .. table.concat(presented, ",") .. "]", fake_host.result(rows):json(view))
+    assert.are.same({ id = "r2", name = "", count = 0, flag = false, zeta = json.null,
+      owner = { login = "nobody", since = json.null } }, json.present(fields, rows[2]))
+  end)
+end)
