@@ -89,9 +89,9 @@ end
 -- million comments): the page is picked in a subquery and only its rows are
 -- formatted.
 
--- One page: rows (comments.present's input) and the cursor of the next page
--- or nil on the last.
-function M.list(client, f)
+-- The statement of a page and its parameters (limit + 1 rows, position_t
+-- beside each).
+local function page_statement(client, f)
   local comments = require "comments"
   local newest = f.order == "newest"
   local order = " ORDER BY c.created_at " .. (newest and "DESC" or "ASC") .. ", c.id " .. (newest and "DESC" or "ASC")
@@ -111,16 +111,35 @@ function M.list(client, f)
   local select = "SELECT " .. comments.select_list("c.") .. ", " .. sqltime.exact("c.created_at", "position_t")
   local sql = f.pattern and (select .. " FROM (SELECT " .. comments.plain_list("c.") .. page .. ") c" .. order)
     or (select .. page)
-  local rows = assert(db.read_query(sql, client.company_id, client.environment, f.social_account_id, f.platform, f.post_id,
+  return sql, table.pack(client.company_id, client.environment, f.social_account_id, f.platform, f.post_id,
     f.is_hidden, f.is_deleted, f.is_from_account, f.since, f["until"], f.pattern,
-    f.after and f.after.t, f.after and f.after.id, f.limit + 1))
-  local next_cursor
+    f.after and f.after.t, f.after and f.after.id, f.limit + 1)
+end
+
+local function next_cursor(position, f)
+  return position and cursor.encode({ t = position.t, id = position.id, o = f.order })
+end
+
+-- One page: rows (comments.present's input) and the cursor of the next page
+-- or nil on the last.
+function M.list(client, f)
+  local sql, params = page_statement(client, f)
+  local rows = assert(db.read_query(sql, table.unpack(params, 1, params.n)))
+  local position
   if #rows > f.limit then
     rows[#rows] = nil
-    local last = rows[#rows]
-    next_cursor = cursor.encode({ t = last.position_t, id = last.id, o = f.order })
+    position = { t = rows[#rows].position_t, id = rows[#rows].id }
   end
-  return rows, next_cursor
+  return rows, next_cursor(position, f)
+end
+
+-- One page as JSON of Comments (comments.page) and the cursor of the next
+-- page or nil on the last.
+function M.page(client, f)
+  local sql, params = page_statement(client, f)
+  local res <close> = assert(db.read_result(sql, table.unpack(params, 1, params.n)))
+  local page, position = require("comments").page(res, f.limit)
+  return page, next_cursor(position, f)
 end
 
 return M

@@ -290,24 +290,30 @@ local LIST_SQL = "SELECT " .. M.select_list("c.", true) .. ", " .. sqltime.exact
         AND ($4::timestamptz IS NULL OR (c.created_at, c.id) > ($4::timestamptz, $5))
       ORDER BY c.created_at, c.id LIMIT $6]]
 
+-- A page of Comments from a db.read_result of at most limit + 1 rows chosen
+-- with select_list and a position_t column: the JSON of the first limit
+-- (for json.encode) and the position after the last of them when more
+-- follow, else nil.
+function M.page(res, limit)
+  local n, position = #res, nil
+  if n > limit then
+    n = limit
+    position = { t = res:get(n, "position_t"), id = res:get(n, "id") }
+  end
+  return res:json(page_view(), 1, n), position
+end
+
 -- One page of a post's comments, oldest first (created_at, id), after the
--- position `after` ({t, id} from a cursor, or nil), or nil when the caller's
--- company and environment have no such post. Returns the page (JSON of
--- Comments, for json.encode) and the position after its last comment when
--- more follow, else nil. A page with comments proves the post is the
--- caller's (a comment is of its post's company and environment), so the post
--- is looked up only for an empty page: most listings are one statement.
+-- position `after` ({t, id} from a cursor, or nil), as M.page gives it, or
+-- nil when the caller's company and environment have no such post. A page
+-- with comments proves the post is the caller's (a comment is of its post's
+-- company and environment), so the post is looked up only for an empty page:
+-- most listings are one statement.
 function M.list(client, post_id, after, limit)
   local res <close> = assert(db.read_result(LIST_SQL,
     post_id, client.company_id, client.environment, after and after.t, after and after.id, limit + 1))
-  local n = #res
-  if n == 0 and not posts.read(client, post_id) then return nil end
-  local next_position
-  if n > limit then
-    n = limit
-    next_position = { t = res:get(n, "position_t"), id = res:get(n, "id") }
-  end
-  return res:json(page_view(), 1, n), next_position
+  if #res == 0 and not posts.read(client, post_id) then return nil end
+  return M.page(res, limit)
 end
 
 return M

@@ -78,6 +78,22 @@ describe("comment inbox", function()
     assert.are.same(expect(EVERY, "oldest"), ids(all("order=oldest")))
   end)
 
+  it("writes each comment byte for byte as GET /api/v1/comments/{id} does", function()
+    -- The page is written straight from the database's result; one comment
+    -- goes through the Lua encoder.
+    local function raw(path)
+      local status, body = env.sgw:request("GET", path, { headers = { ["X-Api-Key"] = t.key } })
+      assert.are.equal(200, status, body)
+      return body
+    end
+    local singles = {}
+    for i, id in ipairs(expect(EVERY)) do singles[i] = raw("/api/v1/comments/" .. id) end
+    assert.are.equal('{"data":[' .. table.concat(singles, ",") .. '],"nextCursor":null}', raw("/api/v1/comments"))
+    local first_two = '{"data":[' .. singles[1] .. "," .. singles[2] .. '],"nextCursor":"'
+    local body = raw("/api/v1/comments?limit=2&order=newest")
+    assert.are.equal(first_two, body:sub(1, #first_two))
+  end)
+
   it("pages by limit without skipping or repeating, in both orders", function()
     assert.are.same(expect(EVERY), ids(all("", 2)))
     assert.are.same(expect(EVERY, "oldest"), ids(all("order=oldest", 3)))
