@@ -1,6 +1,8 @@
 /*
  * json.c — jsonc.encode(value, shape, empty): lib/json.lua's ordered JSON
- * encoder in C, for speed. The rules stay in lib/json.lua and
+ * encoder in C, for speed; and rows of a database result written as JSON
+ * through a row view (json_push_rows, for db results' :json), which encode
+ * then writes as they are. The rules stay in lib/json.lua and
  * lib/json_shapes.lua; this writes, byte for byte, what the Lua encoder there
  * writes, and refuses what it refuses with the same messages:
  *

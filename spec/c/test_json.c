@@ -4,7 +4,9 @@
  * (spec/support/json_differential.lua) must give the same bytes or the same
  * error; and the C side's own edges: its arguments, outputs of every size
  * in turns, a value larger than the Lua state's memory ceiling refused
- * without harm to the state, and shapes read once and forgotten with them.
+ * without harm to the state, and shapes read once and forgotten with them;
+ * and rows written as JSON through a row view (json_push_rows) from a
+ * result held in C: each kind's spelling, NULLs, misuse, the ceiling.
  */
 #include "sgw.h"
 #include "check.h"
@@ -185,12 +187,86 @@ static void test_shapes_once(void) {
     lua_close(L);
 }
 
+/* ------------------------------------------------------- rows as JSON */
+
+/* A result of four columns (n integer, s text, b boolean, f float) in C,
+ * as pg.c hands one to json_push_rows. */
+static const char *const row_cells[][4] = {
+    { "1", "a \"q\" \\ /\n", "t", "0.5" },
+    { "-5", NULL, "f", "1e300" },
+    { "123456789012345", "\xc3\xa9", NULL, "2" },
+    { NULL, "", "t", "Infinity" },
+};
+static const char *const row_names[] = { "n", "s", "b", "f" };
+static const json_cell_kind row_kinds[] = { JSON_CELL_INTEGER, JSON_CELL_STRING, JSON_CELL_BOOLEAN, JSON_CELL_FLOAT };
+
+static int rows_column(void *ctx, const char *name, json_cell_kind *kind) {
+    (void)ctx;
+    for (int c = 0; c < 4; c++)
+        if (strcmp(row_names[c], name) == 0) {
+            *kind = row_kinds[c];
+            return c;
+        }
+    return -1;
+}
+
+static const char *rows_cell(void *ctx, int row, int column, size_t *len) {
+    (void)ctx;
+    const char *v = row_cells[row][column];
+    if (v) *len = strlen(v);
+    return v;
+}
+
+/* rows(view, first, last): rows first..last (0-based) of the result above. */
+static int l_rows(lua_State *L) {
+    json_rows rows = { NULL, rows_column, rows_cell };
+    json_push_rows(L, 1, &rows, (int)luaL_checkinteger(L, 2), (int)luaL_checkinteger(L, 3));
+    return 1;
+}
+
+static void test_rows(void) {
+    account a = { 0, (size_t)64 << 20 };
+    lua_State *L = new_state(&a);
+    lua_register(L, "rows", l_rows);
+    expect(L, "each value spelled as encode spells it, NULL as the view says",
+           "local view = { '{\"n\":', 'n', '0', ',\"s\":', 's', '\"-\"', ',\"b\":', 'b', 'null', ',\"f\":', 'f', 'null', '}' }\n"
+           "return tostring(rows(view, 0, 2))", 1,
+           "[{\"n\":1,\"s\":\"a \\\"q\\\" \\\\ /\\n\",\"b\":true,\"f\":0.5},"
+           "{\"n\":-5,\"s\":\"-\",\"b\":false,\"f\":1e+300},"
+           "{\"n\":1.2345678901234e+14,\"s\":\"\xc3\xa9\",\"b\":null,\"f\":2}]");
+    expect(L, "encode writes the rows as they are, wherever they stand",
+           "local page = rows({ '[', 'n', 'null', ']' }, 0, 1)\n"
+           "return jsonc.encode({ { data = page }, page }, nil)", 1, "[{\"data\":[[1],[-5]]},[[1],[-5]]]");
+    expect(L, "no rows", "return tostring(rows({ '', 'n', 'null', '' }, 2, 1))", 1, "[]");
+    expect(L, "a view that only has literals", "return tostring(rows({ '{}' }, 0, 1))", 1, "[{},{}]");
+    expect(L, "an infinite float is refused as encode refuses it",
+           "return rows({ '', 'f', 'null', '' }, 3, 3)", 0, "Cannot serialise number: must not be NaN or Inf");
+    expect(L, "a column the result lacks", "return rows({ '', 'x', 'null', '' }, 0, 0)", 0,
+           "names the column x, which the result does not have");
+    expect(L, "a view of the wrong length", "return rows({ '', 'n' }, 0, 0)", 0, "a row view is a literal");
+    expect(L, "a view that is not a table", "return rows('x', 0, 0)", 0, "table expected");
+    expect(L, "raw JSON cannot be made from Lua", "return tostring(jsonc.raw)", 1, "nil");
+    lua_close(L);
+
+    /* Past the state's memory ceiling: refused, the state still usable. */
+    account small = { 0, (size_t)1 << 20 };
+    L = new_state(&small);
+    lua_register(L, "rows", l_rows);
+    expect(L, "a page larger than the memory ceiling is refused",
+           "local view = { string.rep(' ', 300000), 's', 'null', '' }\n"
+           "local ok, err = pcall(rows, view, 0, 3)\n"
+           "return ok and 'written' or tostring(err)", 1, "not enough memory");
+    expect(L, "the state is usable after", "return jsonc.encode({ 1 })", 1, "[1]");
+    lua_close(L);
+}
+
 int main(void) {
     test_differential();
     test_shapes_once();
     test_sizes();
     test_arguments();
     test_memory_ceiling();
+    test_rows();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
