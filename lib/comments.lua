@@ -201,10 +201,10 @@ function M.load(id)
       FROM comments c JOIN posts p ON p.id = c.post_id WHERE c.id = $1]], id))[1]
 end
 
--- The Comment of spec 2.1. Fields no observation has told us yet show as
--- empty strings rather than break the shape.
--- How a Comment shows a row (lib/json.lua's row views): present for a row
--- in Lua, the listing's page written straight from its result.
+-- The Comment of spec 2.1, as a row shows it (lib/json.lua's row views):
+-- present makes one in Lua, page writes a page straight from a result.
+-- Fields no observation has told us yet show as empty strings rather than
+-- break the shape.
 local SHOWS = {
   id = "id", platform = "platform", socialAccountId = "social_account_id", postTargetId = "post_target_id",
   platformCommentId = "platform_comment_id", platformPostId = "platform_post_id",
