@@ -1856,16 +1856,16 @@ void lapi_db_open(lua_State *L, sgw_worker *w) {
         { "close", res_box_gc },
         { NULL, NULL }
     };
-    /* The upvalues of db's functions and of a result's methods: JSON
+    /* The upvalues of db's functions and of a result's methods (UV_*): JSON
      * parameters and json/jsonb columns go through lua-cjson, which the
      * host links in. */
-#define PUSH_UPVALUES() do { \
-        lua_pushlightuserdata(L, w); \
-        luaL_requiref(L, "cjson", luaopen_cjson, 0); \
-        lua_getfield(L, -1, "encode"); \
-        lua_getfield(L, -2, "decode"); \
-        lua_remove(L, -3); \
-    } while (0)
+    lua_pushlightuserdata(L, w);
+    luaL_requiref(L, "cjson", luaopen_cjson, 0);
+    lua_getfield(L, -1, "encode");
+    lua_getfield(L, -2, "decode");
+    lua_remove(L, -3);
+    int upvalues = lua_gettop(L) - 2;
+
     luaL_newmetatable(L, RESULT_MT);
     lua_pushcfunction(L, res_box_gc);
     lua_setfield(L, -2, "__gc");
@@ -1874,15 +1874,14 @@ void lapi_db_open(lua_State *L, sgw_worker *w) {
     lua_pushcfunction(L, res_len);
     lua_setfield(L, -2, "__len");
     lua_createtable(L, 0, 3);
-    PUSH_UPVALUES();
+    for (int i = 0; i < 3; i++) lua_pushvalue(L, upvalues + i);
     luaL_setfuncs(L, result_methods, 3);
     lua_setfield(L, -2, "__index");
     lua_pop(L, 1);
 
     lua_createtable(L, 0, 7);
-    PUSH_UPVALUES();
+    lua_insert(L, upvalues);
     luaL_setfuncs(L, funcs, 3);
-#undef PUSH_UPVALUES
     lua_pushlightuserdata(L, NULL);
     lua_setfield(L, -2, "null");
     lua_setglobal(L, "db");
