@@ -564,6 +564,46 @@ static void test_queue_order_and_turns(void) {
     workers_stop();
 }
 
+/* A request run inline on another thread, for test_warm_worker. */
+static void *run_inline_thread(void *arg) {
+    run_inline_when_idle(arg);
+    return NULL;
+}
+
+/* A socket thread borrows the worker it lent last while that one is idle,
+ * even when another was given back after it (its state is still in this
+ * core's caches). */
+static void test_warm_worker(void) {
+    if (start_workers(3, 4, 0, 64)) return;
+    /* Another thread holds a worker throughout the test thread's first
+     * request, then gives it back: it is then on top of the idle stack. */
+    sgw_request *holder = new_req("/hold/0");
+    pthread_t t;
+    if (pthread_create(&t, NULL, run_inline_thread, holder) != 0) {
+        check(0, "start the holding thread", NULL);
+        free_req(holder);
+        workers_stop();
+        return;
+    }
+    wait_until("shared.get(K .. 'holding:0')", "the other thread holds a worker");
+    sgw_request *first = new_req("/state/1");
+    check(run_inline_when_idle(first) == WORKERS_DONE, "the first request runs inline", NULL);
+    ctl_run("shared.set(K .. 'go:0', true)");
+    pthread_join(t, NULL);
+    expect(holder, 200, "held 0", "the other thread's request is answered inline");
+
+    char first_state[32];
+    snprintf(first_state, sizeof first_state, "%s", body(first));
+    sgw_request *second = new_req("/state/2");
+    check(run_inline_when_idle(second) == WORKERS_DONE, "the second request runs inline", NULL);
+    check(first->status == 200 && second->status == 200 && strcmp(first_state, body(second)) == 0,
+          "the second runs in the same Lua state as the first, not the one given back last", body(second));
+    free_req(holder);
+    free_req(first);
+    free_req(second);
+    workers_stop();
+}
+
 /* Each worker keeps up to http.requests_per_worker requests waiting at
  * once; the rest queue until one ends. */
 static void test_room_per_worker(void) {
@@ -744,6 +784,7 @@ int main(void) {
     test_inline_and_migration();
     test_errors();
     test_queue_order_and_turns();
+    test_warm_worker();
     test_room_per_worker();
     test_budget();
     test_memory_ceiling();
