@@ -37,9 +37,15 @@ enum { MAX_DEPTH = 1000 };
  * (userdata, replaced as they grow). */
 enum { ARG_VALUE = 1, ARG_SHAPE, ARG_EMPTY, SLOT_OUT, SLOT_KEYS };
 
-/* Upvalues of encode: the shape's field names, then the compiled shapes
- * (a table with weak keys: shape -> compiled). */
-enum { UP_KEYS = 1, UP_KNOWN, UP_PROPS, UP_ITEMS, UP_EXTRA, UP_VARIANTS, UP_COMPILED };
+/* Upvalues of encode: the shape's field names, the compiled shapes (a table
+ * with weak keys: shape -> compiled), then the state's scratch blocks for the
+ * output and the key arena. */
+enum { UP_KEYS = 1, UP_KNOWN, UP_PROPS, UP_ITEMS, UP_EXTRA, UP_VARIANTS, UP_COMPILED, UP_SCRATCH_OUT, UP_SCRATCH_KEYS };
+
+/* Sizes of the scratch blocks: most answers fit, so encode allocates only
+ * the string it returns. Encode calls no Lua code and never yields, so one
+ * call at a time uses them; a larger answer grows into new blocks as before. */
+enum { SCRATCH_OUT = 4096, SCRATCH_KEYS = 32 };
 static const char *const shape_fields[] = { "keys", "known", "props", "items", "extra", "variants" };
 
 /* A key the shape does not name: its text (a string key's bytes, anchored by
@@ -148,8 +154,15 @@ static void put_string(enc *e, const char *s, size_t len) {
 
 /* cjson's spelling of a float into buf (32 bytes): %.14g. Infinities and
  * NaN are refused with cjson's message. */
+static size_t integer_text(lua_State *L, lua_Integer v, char *buf);
+
 static size_t float_text(lua_State *L, lua_Number d, char *buf) {
     if (isinf(d) || isnan(d)) fail(L, "Cannot serialise number: must not be NaN or Inf");
+    /* A whole number below 1e14 in magnitude (cjson decodes every JSON
+     * number as a float) is spelt by %.14g as the integer it is, without
+     * snprintf's cost; -0 keeps its sign there. */
+    if (d > -1e14 && d < 1e14 && d == (lua_Number)(lua_Integer)d && !(d == 0 && signbit(d)))
+        return integer_text(L, (lua_Integer)d, buf);
     return (size_t)snprintf(buf, 32, "%.14g", (double)d);
 }
 
@@ -687,8 +700,12 @@ static int l_encode(lua_State *L) {
     else if (lua_toboolean(L, ARG_SHAPE)) luaL_typeerror(L, ARG_SHAPE, "table or nil");
     enc e = { .L = L, .slot = SLOT_OUT };
     e.empty = luaL_optlstring(L, ARG_EMPTY, NULL, &e.empty_len);
-    lua_pushnil(L);   /* SLOT_OUT */
-    lua_pushnil(L);   /* SLOT_KEYS */
+    lua_pushvalue(L, lua_upvalueindex(UP_SCRATCH_OUT));    /* SLOT_OUT */
+    e.out = lua_touserdata(L, SLOT_OUT);
+    e.cap = SCRATCH_OUT;
+    lua_pushvalue(L, lua_upvalueindex(UP_SCRATCH_KEYS));   /* SLOT_KEYS */
+    e.keys = lua_touserdata(L, SLOT_KEYS);
+    e.kcap = SCRATCH_KEYS;
     encode_value(&e, ARG_VALUE, shape, 0);
     lua_pushlstring(L, e.out, e.n);
     return 1;
@@ -703,7 +720,9 @@ int luaopen_jsonc(lua_State *L) {
     lua_pushliteral(L, "k");
     lua_setfield(L, -2, "__mode");
     lua_setmetatable(L, -2);
-    lua_pushcclosure(L, l_encode, (int)(sizeof shape_fields / sizeof *shape_fields) + 1);
+    lua_newuserdatauv(L, SCRATCH_OUT, 0);                /* UP_SCRATCH_OUT */
+    lua_newuserdatauv(L, SCRATCH_KEYS * sizeof(xkey), 0); /* UP_SCRATCH_KEYS */
+    lua_pushcclosure(L, l_encode, (int)(sizeof shape_fields / sizeof *shape_fields) + 3);
     lua_setfield(L, -2, "encode");
     return 1;
 }

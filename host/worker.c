@@ -91,9 +91,9 @@ static int          capacity;       /* http.requests_per_worker */
 /* How a request's answer goes out (the listener's http_complete). */
 static void (*complete)(sgw_request *req);
 
-/* Registry keys (by address) of a state's request coroutine and of
- * dispatch.handle. */
-static char co_key, handle_key;
+/* Registry keys (by address) of a state's request coroutine, of
+ * dispatch.handle and of the shared empty table (push_empty). */
+static char co_key, handle_key, empty_key;
 
 /* What entry() hands back besides success: (code, message). */
 #define CODE_NO_DISPATCH (-1)
@@ -192,6 +192,45 @@ static void push_kv_table(lua_State *L, const sgw_kv *kv, int n, int unique) {
     }
 }
 
+static int read_only(lua_State *L) {
+    return luaL_error(L, "this request's empty query and params table is shared and read-only");
+}
+
+/* Pushes the state's shared empty table, made on first use: requests
+ * without query arguments or path parameters get it as query, query_all
+ * and params, so that most requests make three tables fewer. Writing to it
+ * raises; its metatable is protected. */
+static void push_empty(lua_State *L) {
+    if (lua_rawgetp(L, LUA_REGISTRYINDEX, &empty_key) == LUA_TTABLE) return;
+    lua_pop(L, 1);
+    lua_createtable(L, 0, 0);
+    lua_createtable(L, 0, 2);
+    lua_pushcfunction(L, read_only);
+    lua_setfield(L, -2, "__newindex");
+    lua_pushboolean(L, 0);
+    lua_setfield(L, -2, "__metatable");
+    lua_setmetatable(L, -2);
+    lua_pushvalue(L, -1);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &empty_key);
+}
+
+/* query_all: every value of repeated names. */
+static void push_query_all(lua_State *L, const sgw_request *req) {
+    lua_createtable(L, 0, req->nquery);
+    for (int i = 0; i < req->nquery; i++) {
+        lua_getfield(L, -1, req->query[i].name);
+        if (lua_isnil(L, -1)) {
+            lua_pop(L, 1);
+            lua_newtable(L);
+            lua_pushvalue(L, -1);
+            lua_setfield(L, -3, req->query[i].name);
+        }
+        lua_pushstring(L, req->query[i].value ? req->query[i].value : "");
+        lua_rawseti(L, -2, (lua_Integer)luaL_len(L, -2) + 1);
+        lua_pop(L, 1);
+    }
+}
+
 static void push_request(lua_State *L, sgw_request *req) {
     lua_createtable(L, 0, 16);
     lua_pushstring(L, req->id);
@@ -206,23 +245,17 @@ static void push_request(lua_State *L, sgw_request *req) {
     lua_setfield(L, -2, "peer_addr");
     push_kv_table(L, req->headers, req->nheaders, 1);
     lua_setfield(L, -2, "headers");
-    push_kv_table(L, req->query, req->nquery, 0);
-    lua_setfield(L, -2, "query");
-    /* query_all: every value of repeated names. */
-    lua_createtable(L, 0, req->nquery);
-    for (int i = 0; i < req->nquery; i++) {
-        lua_getfield(L, -1, req->query[i].name);
-        if (lua_isnil(L, -1)) {
-            lua_pop(L, 1);
-            lua_newtable(L);
-            lua_pushvalue(L, -1);
-            lua_setfield(L, -3, req->query[i].name);
-        }
-        lua_pushstring(L, req->query[i].value ? req->query[i].value : "");
-        lua_rawseti(L, -2, (lua_Integer)luaL_len(L, -2) + 1);
-        lua_pop(L, 1);
+    if (req->nquery == 0) {
+        push_empty(L);
+        lua_pushvalue(L, -1);
+        lua_setfield(L, -3, "query");
+        lua_setfield(L, -2, "query_all");
+    } else {
+        push_kv_table(L, req->query, req->nquery, 0);
+        lua_setfield(L, -2, "query");
+        push_query_all(L, req);
+        lua_setfield(L, -2, "query_all");
     }
-    lua_setfield(L, -2, "query_all");
     if (req->body) {
         lua_pushlstring(L, req->body, req->body_len);
         lua_setfield(L, -2, "body");
@@ -231,7 +264,8 @@ static void push_request(lua_State *L, sgw_request *req) {
         lua_pushinteger(L, req->match.route + 1);
         lua_setfield(L, -2, "route_index");
     }
-    lua_createtable(L, 0, req->match.nparams);
+    if (req->match.nparams == 0) push_empty(L);
+    else lua_createtable(L, 0, req->match.nparams);
     for (int i = 0; i < req->match.nparams; i++) {
         lua_pushstring(L, req->match.params[i].value);
         lua_setfield(L, -2, req->match.params[i].name);

@@ -132,8 +132,8 @@ static void test_memory_ceiling(void) {
 }
 
 /* Outputs of every size in turns, from a few bytes to 2 MB (the output
- * grows many times): each is whole, and a small one after a large one is not
- * the large one's leftovers. */
+ * grows many times from the state's scratch block): each is whole, and a
+ * small one after a large one is not the large one's leftovers. */
 static void test_sizes(void) {
     account a = { 0, (size_t)64 << 20 };
     lua_State *L = new_state(&a);
@@ -143,6 +143,16 @@ static void test_sizes(void) {
            "  if #s ~= n + 4 or s:sub(1, 3) ~= '[\"a' and n > 1 or s:sub(-3) ~= 'z\"]' then\n"
            "    return 'wrong at ' .. n .. ': ' .. #s\n"
            "  end\n"
+           "end\n"
+           "return 'ok'", 1, "ok");
+    /* Objects with more keys than the scratch arena holds, between small
+     * ones: every key, in order. */
+    expect(L, "objects of every key count, in turns, each whole and sorted",
+           "for _, n in ipairs({ 3, 100, 2, 1000, 31, 32, 33 }) do\n"
+           "  local t, want = {}, {}\n"
+           "  for i = 1, n do t[string.format('k%04d', i)] = i; want[i] = string.format('\"k%04d\":%d', i, i) end\n"
+           "  local s = jsonc.encode(t)\n"
+           "  if s ~= '{' .. table.concat(want, ',') .. '}' then return 'wrong at ' .. n .. ': ' .. s:sub(1, 80) end\n"
            "end\n"
            "return 'ok'", 1, "ok");
     lua_close(L);

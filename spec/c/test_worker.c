@@ -53,6 +53,18 @@ static const char dispatch_lua[] =
     "  return pw .. ' ' .. (h:find('^%$argon2id%$') and 'hashed' or tostring(h))\n"
     "end\n"
     "function A.raise(arg) error('boom ' .. arg) end\n"
+    /* What a handler sees of query and params, and whether it may write
+     * to query. */
+    "function A.tables(arg, req)\n"
+    "  local ok = pcall(function() req.query.x = 1 end)\n"
+    "  local seen = {}\n"
+    "  for k, v in pairs(req.query) do seen[#seen + 1] = k .. '=' .. v end\n"
+    "  table.sort(seen)\n"
+    "  local params = 0\n"
+    "  for _ in pairs(req.params) do params = params + 1 end\n"
+    "  return table.concat(seen, ',') .. ' all:' .. #(req.query_all.a or {}) .. ' params:' .. params\n"
+    "    .. ' write:' .. (ok and 'ok' or 'refused') .. ' meta:' .. tostring(getmetatable(req.query))\n"
+    "end\n"
     "function A.raise_after_wait() crypto.argon2id_hash('x') error('late boom') end\n"
     "function A.yield() coroutine.yield() return 'resumed' end\n"
     "function A.spin() while true do end end\n"
@@ -403,6 +415,46 @@ static int start_workers(int n, int per_worker, int budget_ms, int memory_mb) {
 }
 
 /* ------------------------------------------------------------ the tests */
+
+/* Sets req's query arguments to the n name/value pairs in kv. */
+static void set_query(sgw_request *req, const char *const *kv, int n) {
+    req->query = calloc((size_t)n, sizeof *req->query);
+    if (!req->query) abort();
+    for (int i = 0; i < n; i++) {
+        req->query[i].name = req_strndup(req, kv[2 * i], strlen(kv[2 * i]));
+        req->query[i].value = req_strndup(req, kv[2 * i + 1], strlen(kv[2 * i + 1]));
+    }
+    req->nquery = n;
+}
+
+static void free_query(sgw_request *req) {
+    for (int i = 0; i < req->nquery; i++) {
+        req_strfree(req, req->query[i].name);
+        req_strfree(req, req->query[i].value);
+    }
+    free(req->query);
+}
+
+/* A request without query arguments or path parameters sees empty tables
+ * it cannot write to (one table the state shares); one with query
+ * arguments sees them, in tables of its own. (Path parameters: the
+ * integration specs; here every path has two.) */
+static void test_request_tables(void) {
+    if (start_workers(1, 4, 0, 64)) return;
+    expect_inline("/tables/x", 200, " all:0 params:2 write:refused meta:false",
+                  "no query: empty, read-only tables");
+    expect_inline("/tables/y", 200, " all:0 params:2 write:refused meta:false",
+                  "the refused write left nothing for the next request");
+    static const char *const kv[] = { "a", "1", "b", "3", "a", "2" };
+    sgw_request *req = new_req("/tables/z");
+    set_query(req, kv, 3);
+    check(run_inline_when_idle(req) == WORKERS_DONE, "a request with a query runs inline", NULL);
+    expect(req, 200, "a=1,b=3,x=1 all:2 params:2 write:ok meta:nil",
+           "its query (first values), query_all (every value) and a table it may write");
+    free_query(req);
+    free_req(req);
+    workers_stop();
+}
 
 static void test_inline_and_migration(void) {
     /* No time budget: a dozen hashes on two pool threads take seconds in
@@ -783,6 +835,7 @@ int main(void) {
 
     test_inline_and_migration();
     test_errors();
+    test_request_tables();
     test_queue_order_and_turns();
     test_warm_worker();
     test_room_per_worker();
