@@ -96,6 +96,7 @@ struct sgw_pg {
     char     *conninfo;
     PGconn   *conn;
     int       tx_depth;          /* db.transaction nesting */
+    char      tx_cause[6];       /* the state of the last statement that failed in it ("" none) */
     int       begin_pending;     /* a job's BEGIN waits to go with its first statement */
     int       begin_failed;      /* that BEGIN did not run: the transaction is aborted */
     int       async_began;       /* the statement in flight carries the BEGIN */
@@ -260,13 +261,17 @@ static int ensure_connected(sgw_pg *pg, pg_failure *f) {
     return 0;
 }
 
-static void failure_from_result(pg_failure *f, PGresult *r, PGconn *c) {
+static void failure_from_result(pg_failure *f, PGresult *r, sgw_pg *pg) {
+    PGconn *c = pg->conn;
     const char *msg = r ? PQresultErrorMessage(r) : "";
     if (!*msg) msg = PQerrorMessage(c);
     if (!*msg) msg = "unknown database error";
     const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
     if (!state && PQstatus(c) == CONNECTION_BAD) state = "08006";
     set_failure(f, state, "%s", msg);
+    /* What aborted the transaction, should fn go on and return: the
+     * statements after it only fail with 25P02. */
+    if (pg->tx_depth > 0 && strcmp(f->sqlstate, "25P02") != 0) memcpy(pg->tx_cause, f->sqlstate, sizeof pg->tx_cause);
 }
 
 /* Reads what one pipelined query produced: its result (NULL when the
@@ -361,7 +366,7 @@ static PGresult *run(sgw_pg *pg, const char *sql, int nparams, const char *const
             log_msg(LOG_INFO, "db_retry", "the database connection broke; reconnecting once");
             continue;
         }
-        failure_from_result(f, r, pg->conn);
+        failure_from_result(f, r, pg);
         PQclear(r);
         return NULL;
     }
@@ -481,7 +486,7 @@ static int send_batch(sgw_pg *pg, const out_stmt *st, int nstmt, int simple, pg_
     }
     int fl = ok ? PQflush(c) : -1;
     if (fl < 0) {
-        failure_from_result(f, NULL, c);
+        failure_from_result(f, NULL, pg);
         if (!f->sqlstate[0]) snprintf(f->sqlstate, sizeof f->sqlstate, "08006");
         drop_connection(pg);
         return -1;
@@ -666,7 +671,7 @@ static int async_take_all(sgw_pg *pg, PGresult **out, pg_failure *f) {
         PQclear(out[k]);
         out[k] = NULL;
     }
-    if (pg->conn) failure_from_result(f, broken ? NULL : failed, pg->conn);
+    if (pg->conn) failure_from_result(f, broken ? NULL : failed, pg);
     else set_failure(f, "08006", "%s", "the database connection was lost");
     if (broken && strncmp(f->sqlstate, "08", 2) != 0) snprintf(f->sqlstate, sizeof f->sqlstate, "08006");
     PQclear(failed);
@@ -1295,7 +1300,7 @@ static int db_async_answer(lua_State *L, int status, lua_KContext ctx) {
             pg_drop(pg);
             set_failure(&f, "0A000", "%s", "COPY is not supported through db.query/db.exec");
         } else {
-            failure_from_result(&f, box->res, pg->conn);
+            failure_from_result(&f, box->res, pg);
         }
         PQclear(box->res);
         box->res = NULL;
@@ -1428,7 +1433,7 @@ static int db_batch_answer(lua_State *L, int status, lua_KContext ctx) {
     /* The first that failed says why; those after it were skipped. */
     for (int k = 0; k < nstmt; k++) {
         if (result_ok(r[k])) continue;
-        failure_from_result(&f, r[k], pg->conn);
+        failure_from_result(&f, r[k], pg);
         return push_failure(L, &f);
     }
     lua_createtable(L, nstmt, 0);
@@ -1519,6 +1524,22 @@ static int db_run_async(lua_State *L, run_kind kind) {
  * coroutine then holds, fn under lua_pcallk (so that fn's statements may
  * yield too), then COMMIT (RELEASE), or ROLLBACK after an error. The state
  * lives in a userdata at stack index 1, under fn and its arguments. */
+/* One level deeper in db.transaction; the outermost starts with no cause. */
+static void tx_enter(sgw_pg *pg) {
+    if (pg->tx_depth == 0) pg->tx_cause[0] = 0;
+    pg->tx_depth++;
+}
+
+/* A transaction fn went on with after one of its statements failed: rolled
+ * back, said as 25P02, or, when the database gave that statement up for
+ * the moment (busy) or was lost, as that, so that the dispatcher answers 503
+ * with Retry-After as it would had fn raised the statement's error. */
+static void aborted_failure(const sgw_pg *pg, pg_failure *f) {
+    const char *cause = pg->tx_cause;
+    int passing = busy_state(cause) || unavailable_state(cause);
+    set_failure(f, passing ? cause : "25P02", "%s", "transaction rolled back: a statement in it failed");
+}
+
 typedef struct tx_state {
     int  nested;
     int  nargs;
@@ -1571,7 +1592,7 @@ static int tx_async_undone(lua_State *L, int status, lua_KContext ctx) {
     tx_async_leave(&s);
     if (s.t->aborted) {
         pg_failure f;
-        set_failure(&f, "25P02", "%s", "transaction rolled back: a statement in it failed");
+        aborted_failure(s.pg, &f);
         return raise_failure(L, &f);
     }
     return lua_error(L);         /* fn's error object, unchanged */
@@ -1609,7 +1630,7 @@ static int tx_async_ended(lua_State *L, int status, lua_KContext ctx) {
     }
     PGresult *r = async_take(s.pg, &f);
     int ok = r && PQresultStatus(r) == PGRES_COMMAND_OK;
-    if (r && !ok) failure_from_result(&f, r, s.pg->conn);
+    if (r && !ok) failure_from_result(&f, r, s.pg);
     if (ok && !s.t->nested && strcmp(PQcmdStatus(r), "COMMIT") != 0) {
         ok = 0;
         set_failure(&f, "40000", "%s", "transaction rolled back by the server at COMMIT");
@@ -1665,10 +1686,10 @@ static int tx_async_begun(lua_State *L, int status, lua_KContext ctx) {
     PGresult *r = answered ? async_take(s.pg, &f) : NULL;
     if (!answered) set_failure(&f, "57014", "%s", "the transaction's start was interrupted");
     int ok = r && PQresultStatus(r) == PGRES_COMMAND_OK;
-    if (r && !ok) failure_from_result(&f, r, s.pg->conn);
+    if (r && !ok) failure_from_result(&f, r, s.pg);
     PQclear(r);
     if (!ok) return raise_failure(L, &f);
-    s.pg->tx_depth++;
+    tx_enter(s.pg);
     int st = lua_pcallk(L, s.t->nargs, LUA_MULTRET, 0, 0, tx_async_body);
     return tx_async_body(L, st, 0);
 }
@@ -1702,7 +1723,7 @@ static int tx_async_begin(lua_State *L, int status, lua_KContext ctx) {
         /* BEGIN waits for fn's first statement and goes in its pipeline
          * (send_async): a round trip less for every transaction. */
         s.pg->begin_pending = 1;
-        s.pg->tx_depth++;
+        tx_enter(s.pg);
         int st = lua_pcallk(L, s.t->nargs, LUA_MULTRET, 0, 0, tx_async_body);
         return tx_async_body(L, st, 0);
     }
@@ -1754,7 +1775,7 @@ static int tx_finish_ok(sgw_pg *pg, int nested, const char *savepoint, pg_failur
         /* A statement failed and fn went on: COMMIT would quietly roll back,
          * so say so instead of answering like a success. */
         tx_finish_error(pg, nested, savepoint);
-        set_failure(f, "25P02", "%s", "transaction rolled back: a statement in it failed");
+        aborted_failure(pg, f);
         return -1;
     }
     if (nested) {
@@ -1810,7 +1831,7 @@ static int transaction_run(lua_State *L) {
     } else {
         if (run_cmd(pg, "BEGIN", &f)) return raise_failure(L, &f);
     }
-    pg->tx_depth++;
+    tx_enter(pg);
 
     int status = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
     if (status != LUA_OK) {

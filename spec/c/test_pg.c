@@ -70,6 +70,24 @@ static int l_kill_backend(lua_State *L) {
     return 0;
 }
 
+/* hold_lock(sql) runs sql in a transaction of the other session, which
+ * keeps whatever locks it took until release_lock(). */
+static int l_hold_lock(lua_State *L) {
+    PQclear(PQexec(other, "BEGIN"));
+    PGresult *r = PQexec(other, luaL_checkstring(L, 1));
+    int ok = PQresultStatus(r) == PGRES_COMMAND_OK || PQresultStatus(r) == PGRES_TUPLES_OK;
+    if (!ok) fprintf(stderr, "  hold_lock: %s", PQresultErrorMessage(r));
+    PQclear(r);
+    lua_pushboolean(L, ok);
+    return 1;
+}
+
+static int l_release_lock(lua_State *L) {
+    (void)L;
+    PQclear(PQexec(other, "ROLLBACK"));
+    return 0;
+}
+
 /* Runs a chunk; an error it raises counts as one failure. */
 static void run_lua(lua_State *L, const char *name, const char *code) {
     if (luaL_loadbuffer(L, code, strlen(code), name) || lua_pcall(L, 0, 0, 0)) {
@@ -84,6 +102,8 @@ static lua_State *new_state(sgw_worker *w) {
     luaL_openlibs(L);
     lua_register(L, "check", l_check);
     lua_register(L, "kill_backend", l_kill_backend);
+    lua_register(L, "hold_lock", l_hold_lock);
+    lua_register(L, "release_lock", l_release_lock);
     lapi_db_open(L, w);
     lapi_json_open(L);
     return L;
@@ -312,6 +332,50 @@ static const char *reconnect_lua =
     "rows = db.query('SELECT count(*) AS n FROM ' .. TBL)\n"
     "check(rows and rows[1].n == 0, 'nothing of the broken transaction was committed')\n";
 
+/* Statements the database gives up for the moment read "database busy",
+ * those it cannot run at all "database unavailable", as PostgreSQL sends
+ * their states; a transaction fn went on with after such a statement says
+ * the same when it is rolled back, so that the request is answered 503. */
+static const char *busy_lua =
+    "local function raise(state)\n"
+    "  return db.exec(\"DO $$ BEGIN RAISE EXCEPTION 'provoked' USING ERRCODE = '\" .. state .. \"'; END $$\")\n"
+    "end\n"
+    "for _, s in ipairs({ '57014', '40P01', '40001', '55P03' }) do\n"
+    "  local x, e, state = raise(s)\n"
+    "  check(x == nil and state == s and e:match('^database busy: .*provoked'), s .. ' is busy: ' .. tostring(e))\n"
+    "end\n"
+    "for _, s in ipairs({ '53300', '57P01', '57P03' }) do\n"
+    "  local x, e, state = raise(s)\n"
+    "  check(x == nil and state == s and e:match('^database unavailable: .*provoked'), s .. ' is unavailable: ' .. tostring(e))\n"
+    "end\n"
+    "local x, e, state = raise('23505')\n"
+    "check(x == nil and state == '23505' and e:match('provoked') and not e:match('^database'), 'a refusal is neither: ' .. tostring(e))\n"
+    "\n"
+    "check(hold_lock('LOCK TABLE ' .. TBL .. ' IN ACCESS EXCLUSIVE MODE'), 'the other session locks the table')\n"
+    "local ok, te = pcall(db.transaction, function()\n"
+    "  assert(db.exec(\"SET LOCAL lock_timeout = '100ms'\"))\n"
+    "  local y, e2, s2 = db.exec('INSERT INTO ' .. TBL .. ' VALUES (3)')\n"
+    "  check(y == nil and s2 == '55P03' and e2:match('^database busy: '), 'a lock not taken in time: ' .. tostring(e2))\n"
+    "  return 'went on'\n"
+    "end)\n"
+    "check(not ok and tostring(te):match('^database busy: transaction rolled back'),\n"
+    "  'the transaction that went on after it raises busy: ' .. tostring(te))\n"
+    "ok, te = pcall(db.transaction, function()\n"
+    "  assert(db.exec(\"SET LOCAL lock_timeout = '100ms'\"))\n"
+    "  assert(db.exec('INSERT INTO ' .. TBL .. ' VALUES (4)'))\n"
+    "end)\n"
+    "check(not ok and tostring(te):match('database busy: '), 'one that raised the statement says busy too: ' .. tostring(te))\n"
+    "release_lock()\n"
+    "ok, te = pcall(db.transaction, function()\n"
+    "  db.exec('INSERT INTO ' .. TBL .. ' VALUES (5)')\n"
+    "  db.exec('INSERT INTO no_such_table_sgw VALUES (1)')\n"
+    "  db.exec('INSERT INTO ' .. TBL .. ' VALUES (6)')\n"
+    "end)\n"
+    "check(not ok and tostring(te):match('^transaction rolled back: a statement in it failed'),\n"
+    "  'a transaction a refused statement aborted stays 25P02: ' .. tostring(te))\n"
+    "local n = db.query('SELECT count(*) AS n FROM ' .. TBL)\n"
+    "check(n and n[1].n == 0, 'nothing of them was committed')\n";
+
 static int write_file(const char *dir, const char *name, const char *text) {
     char path[512];
     snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -469,6 +533,7 @@ int main(void) {
     char sql[128];
     snprintf(sql, sizeof sql, "CREATE TABLE %s (id int)", table);
     PQclear(PQexec(other, sql));
+    run_lua(L, "=busy", busy_lua);
     run_lua(L, "=reconnect", reconnect_lua);
     snprintf(sql, sizeof sql, "DROP TABLE IF EXISTS %s", table);
     PQclear(PQexec(other, sql));

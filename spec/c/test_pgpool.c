@@ -494,6 +494,21 @@ static void test_on_database(const char *url) {
     };
     run_all(&w, begin_broken, 1);
 
+    /* A statement the database gives up for the moment (a lock not taken
+     * in time), and fn goes on: the transaction, rolled back, says busy as
+     * the statement did (the dispatcher answers 503, not 500). */
+    PQclear(PQexec(other, "BEGIN; LOCK TABLE pgpool_t IN ACCESS EXCLUSIVE MODE"));
+    run_one(&w,
+            "local n, e, state\n"
+            "local ok, err = pcall(db.transaction, function()\n"
+            "  assert(db.exec(\"SET LOCAL lock_timeout = '100ms'\"))\n"
+            "  n, e, state = db.exec('INSERT INTO pgpool_t VALUES ($1, 1)', 'locked')\n"
+            "end)\n"
+            "check(n == nil and state == '55P03' and tostring(e):match('^database busy: '), 'a lock not taken in time: ' .. tostring(e))\n"
+            "check(not ok and tostring(err):match('^database busy: transaction rolled back'),\n"
+            "      'the transaction that went on says busy: ' .. tostring(err))\n");
+    PQclear(PQexec(other, "ROLLBACK"));
+
     /* db.batch: statements sent together in the caller's transaction (the
      * first of it here, so BEGIN rides along), each after the one before;
      * twice, the second time by the names the first prepared. */
