@@ -14,7 +14,10 @@
  * whose AUTH and SELECT are queued ahead of the first command). A reply that
  * does not come within redis.timeout_ms, or a lost connection, fails every
  * call on the connection ("timeout", "unavailable"), and redis.c's back-off
- * then fails calls at once until redis.retry_interval_ms has passed.
+ * then fails calls at once until redis.retry_interval_ms has passed. One the
+ * server closed while no call waited on it (a restart, while the worker was
+ * idle and nobody polled it) is found closed before the next call is sent,
+ * and that call goes on a new connection instead of failing.
  *
  * On a Redis Cluster (redis.cluster_urls) the loop keeps one such
  * connection per node it talks to, made when first needed and keyed by the
@@ -275,6 +278,16 @@ static void fail_all(sgw_redis_loop *rl, conn *c, const char *kind, const char *
         if (!unsent || !await_map(rl, &failed[i])) give_up(rl, &failed[i], msg, on_ready, ud);
 }
 
+/* c has no call waiting and the server wrote to it or closed it: nothing
+ * but a close (or an error) can have come, so a closed connection is dropped
+ * quietly, for the next call to make a new one. */
+static void read_while_idle(conn *c) {
+    if (redisBufferRead(c->ctx) != REDIS_OK) {
+        redisFree(c->ctx);
+        c->ctx = NULL;
+    }
+}
+
 static void push_waiter(conn *c, waiter w) {
     c->line[(c->head + c->len) % c->cap] = w;
     c->len++;
@@ -287,6 +300,14 @@ static int conn_push(conn *c, waiter w, int asking, const char **err) {
     if (c->len + 4 > c->cap) {
         *err = "redis: too many calls waiting on this worker's connection";
         return -1;
+    }
+    /* Nobody watches a connection while its worker is idle or lent: the
+     * server may have closed it meanwhile (a restart, a failover). Look
+     * before sending, so that the call goes on a new connection (or, on a
+     * cluster, finds the promoted replica) instead of failing. */
+    if (c->ctx && c->len == 0 && !c->unwritten) {
+        struct pollfd p = { .fd = c->ctx->fd, .events = POLLIN };
+        if (poll(&p, 1, 0) > 0) read_while_idle(c);
     }
     uint64_t deadline = clock_mono_ms() + (uint64_t)redis_node_timeout_ms(c->node);
     if (!c->ctx) {
@@ -542,10 +563,7 @@ static void drive_conn(sgw_redis_loop *rl, conn *c, const struct pollfd *fds, in
         if (done) c->unwritten = 0;
     }
     if ((revents & (POLLIN | POLLERR | POLLHUP)) && c->len == 0) {
-        if (redisBufferRead(c->ctx) != REDIS_OK) {
-            redisFree(c->ctx);
-            c->ctx = NULL;
-        }
+        read_while_idle(c);
         return;
     }
     if ((revents & (POLLIN | POLLERR | POLLHUP)) && read_replies(rl, c, on_ready, ud) != 0) return;
