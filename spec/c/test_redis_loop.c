@@ -4,9 +4,9 @@
  * many calls in flight at once on one connection, each coroutine getting its
  * own reply; error replies; the NOSCRIPT path; SELECT queued ahead of the
  * first command; a connection the server closed between calls, replaced
- * before the next one; a server that never
- * answers (time-out) and a dead port. The live part needs a real server
- * (SGW_TEST_REDIS_URL); the failure paths run always.
+ * before the next one; a server that never answers (time-out) and a dead
+ * port. The live part needs a real server (SGW_TEST_REDIS_URL); the failure
+ * paths run always.
  */
 #include "sgw.h"
 #include "check.h"
