@@ -152,10 +152,10 @@ static void put_string(enc *e, const char *s, size_t len) {
     put_char(e, '"');
 }
 
-/* cjson's spelling of a float into buf (32 bytes): %.14g. Infinities and
- * NaN are refused with cjson's message. */
 static size_t integer_text(lua_State *L, lua_Integer v, char *buf);
 
+/* cjson's spelling of a float into buf (32 bytes): %.14g. Infinities and
+ * NaN are refused with cjson's message. */
 static size_t float_text(lua_State *L, lua_Number d, char *buf) {
     if (isinf(d) || isnan(d)) fail(L, "Cannot serialise number: must not be NaN or Inf");
     /* A whole number below 1e14 in magnitude (cjson decodes every JSON

@@ -1520,10 +1520,6 @@ static int db_run_async(lua_State *L, run_kind kind) {
     return db_async_send(L, 0, ACTX(kind, 0, replica, n));
 }
 
-/* db.transaction in a job: BEGIN (or SAVEPOINT) on a connection the
- * coroutine then holds, fn under lua_pcallk (so that fn's statements may
- * yield too), then COMMIT (RELEASE), or ROLLBACK after an error. The state
- * lives in a userdata at stack index 1, under fn and its arguments. */
 /* One level deeper in db.transaction; the outermost starts with no cause. */
 static void tx_enter(sgw_pg *pg) {
     if (pg->tx_depth == 0) pg->tx_cause[0] = 0;
@@ -1540,6 +1536,10 @@ static void aborted_failure(const sgw_pg *pg, pg_failure *f) {
     set_failure(f, passing ? cause : "25P02", "%s", "transaction rolled back: a statement in it failed");
 }
 
+/* db.transaction in a job: BEGIN (or SAVEPOINT) on a connection the
+ * coroutine then holds, fn under lua_pcallk (so that fn's statements may
+ * yield too), then COMMIT (RELEASE), or ROLLBACK after an error. The state
+ * lives in a userdata at stack index 1, under fn and its arguments. */
 typedef struct tx_state {
     int  nested;
     int  nargs;

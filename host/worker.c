@@ -11,10 +11,9 @@
  * thread costs two cross-thread wake-ups, which dominated the cost of a
  * request. So the socket thread that read a request borrows an idle worker
  * (the one it borrowed last, when that one is idle) and runs the coroutine
- * itself. At the first call that could block
- * (database, Redis, outbound HTTP, password hashing) the binding yields and
- * the coroutine migrates to the worker's own thread: socket threads never
- * block on I/O.
+ * itself. At the first call that could block (database, Redis, outbound
+ * HTTP, password hashing) the binding yields and the coroutine migrates to
+ * the worker's own thread: socket threads never block on I/O.
  *
  * A worker's thread runs an event loop over many request coroutines: a
  * statement, a Redis call or an outbound call sends its work, the coroutine
