@@ -2,7 +2,9 @@
 -- remembered in the target's adapter_state so that one target never gets a
 -- second container, and a container is never published twice.
 --
---   1. POST /{ig-user}/media (image_url, caption) -> container; saved at once
+--   1. POST /{ig-user}/media (image_url, caption) -> container; saved at once.
+--      It is counted against Meta's limit of containers per account before
+--      it is asked for: a used-up limit is a wait, like the publishing quota.
 --   2. GET /{container}?fields=status_code until FINISHED, first a while after
 --      the container was made, then once per poll interval, as Meta asks. Until
 --      then publish returns {status = "retry_later", retry_in = seconds} and
@@ -56,11 +58,17 @@ end
 local function container_of(ctx, token)
   local state = ctx.target.adapter_state
   if state.container_id then return state.container_id end
-  local created, err = graph.call("POST", ctx.account.platform_account_id .. "/media", {
+  local slot, wait = quota.reserve_container(ctx.account, ctx.target.id)
+  if not slot then return nil, wait end
+  local created, err, sent = graph.call("POST", ctx.account.platform_account_id .. "/media", {
     image_url = ctx.post.image and ctx.post.image.url, caption = ctx.post.content.message,
   }, token)
-  -- A container nobody publishes does no harm: a lost answer is just an error.
-  if not created then return nil, err end
+  -- A container nobody publishes does no harm: a lost answer is just an
+  -- error (whose container still counts against Meta's limit).
+  if not created then
+    if not sent then quota.release_container(slot) end
+    return nil, err
+  end
   if not created.id then return nil, { code = "platform_unavailable", message = "No container id in Meta's answer." } end
   local saved = { container_id = created.id, container_created_at = clock.now() }
   ctx.save_state(saved)

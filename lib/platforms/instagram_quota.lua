@@ -7,6 +7,9 @@
 --                        -> { code = "rate_limited", ... } the error of a quota wait
 --   quota.exhausted(account, err) -> that error, after media_publish said 9/2207042
 --   quota.published(account)      counts a publish in the cached usage
+--   quota.reserve_container(account, target_id) -> reservation id, or nil and
+--                                    the error of a container-limit wait
+--   quota.release_container(id)   Meta's answer said no container was made
 --
 -- The answer of GET /{ig-user}/content_publishing_limit is cached in Redis for
 -- meta.instagram_quota_cache_seconds, so every instance sees the same usage,
@@ -132,6 +135,50 @@ end
 
 function M.published(account)
   redis.eval_cached(INCREMENT, 1, key(account))
+end
+
+-- Containers: Meta lets an account create at most
+-- meta.instagram_container_limit (400) of them per rolling
+-- meta.instagram_container_window_seconds (24 h), published or not. Only the
+-- publishing quota above says how much is used, so sgw counts the containers
+-- it makes itself (table instagram_containers): a slot is taken, under a lock
+-- on the account, before POST /{ig-user}/media is sent, and given back when
+-- Meta answered that call with an error (no container was made). A call whose
+-- answer was lost keeps its slot: the container may exist. Containers made by
+-- other tools are not seen; Meta refuses those beyond its limit itself.
+local RESERVE = {
+  "SELECT pg_advisory_xact_lock(hashtextextended('sgw.instagram_containers:' || $1, 0))",
+  "DELETE FROM instagram_containers WHERE social_account_id = $1 AND made_at <= now() - make_interval(secs => $2)",
+  [[INSERT INTO instagram_containers (social_account_id, target_id)
+    SELECT $1, $2 WHERE (SELECT count(*) FROM instagram_containers
+                          WHERE social_account_id = $1 AND made_at > now() - make_interval(secs => $3)) < $4
+    RETURNING id]],
+  [[SELECT count(*)::int AS used, extract(epoch FROM now() - min(made_at))::float8 AS oldest_age
+      FROM instagram_containers WHERE social_account_id = $1 AND made_at > now() - make_interval(secs => $2)]],
+}
+
+function M.reserve_container(account, target_id)
+  local limit = config.get("meta.instagram_container_limit")
+  local window = config.get("meta.instagram_container_window_seconds")
+  local answers = db.transaction(function()
+    return assert(db.batch({ RESERVE[1], account.id }, { RESERVE[2], account.id, window },
+      { RESERVE[3], account.id, target_id, window, limit }, { RESERVE[4], account.id, window }))
+  end)
+  local reserved = answers[3][1]
+  if reserved then return reserved.id end
+  local usage = answers[4][1]
+  -- The oldest container leaves the window `window` seconds after it was made.
+  local wait = math.max(1, math.ceil(window - (usage.oldest_age or window)))
+  return nil, {
+    code = "rate_limited", quota_wait = true, retry_after = wait,
+    message = ("Instagram's limit of %d %s per %s is used up (%d made by sgw); the next try is at %s, "
+      .. "when the oldest of them leaves the window."):format(limit, limit == 1 and "container" or "containers",
+      per(window), usage.used, clock.iso(clock.now() + wait)),
+  }
+end
+
+function M.release_container(id)
+  assert(db.exec("DELETE FROM instagram_containers WHERE id = $1", id))
 end
 
 M.is_quota_error = function(err)

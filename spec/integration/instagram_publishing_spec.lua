@@ -1,6 +1,7 @@
 -- Instagram in production (CONTRACT 11) through the API, against the fake
--- Graph API: the publishing quota read before media_publish, and Meta's error
--- detail kept on a failed target.
+-- Graph API: the publishing quota read before media_publish, Meta's error
+-- detail kept on a failed target, and the containers an account may make in
+-- a window counted before each is asked for.
 local stack = require "stack"
 local fake_graph = require "fake_graph"
 local cjson = require "cjson.safe"
@@ -17,52 +18,72 @@ local function unix(s)
   return t + offset + tonumber(sec)
 end
 
+-- An sgw against the fake with one live Instagram account, and calls on it
+-- (t); `set` adds to or overrides the settings.
+local function start(fake, name, set)
+  local settings = {
+    ["crypto.encryption_key"] = stack.ENCRYPTION_KEY,
+    ["meta.graph_base_url"] = fake.graph_url,
+    ["meta.request_timeout_seconds"] = 2,
+    ["meta.instagram_container_first_poll_seconds"] = 0.2,
+    ["meta.instagram_container_poll_seconds"] = 0.2,
+    ["publishing.retry.base_seconds"] = 0.2,
+    ["publishing.retry.max_seconds"] = 1,
+    -- Quota waits are not attempts: one attempt is all other failures get.
+    ["publishing.retry.max_attempts"] = 1,
+    ["api.rate_limit.per_minute"] = 1000000,
+  }
+  for k, v in pairs(set or {}) do settings[k] = v end
+  local sgw = stack.start_sgw { name = name, set = fake:https_settings(settings) }
+  local company = cli(sgw, { "company", "create", "--name", "Insta Co" }).companyId
+  local key = cli(sgw, { "client", "create", "--company", company, "--environment", "live",
+    "--scopes", "accounts:read posts:read posts:write operations:read" }).apiKey
+  local page = fake.add_page({ name = "Insta page", instagram_business_account = true })
+  local t = { ig_user = page.instagram_business_account.id }
+  local ig = cli(sgw, { "account", "add", "--company", company, "--environment", "live", "--platform", "instagram",
+    "--platform-account-id", t.ig_user, "--name", "Insta", "--access-token", page.access_token }).accountId
+  local n = 0
+  function t.api(method, path, body)
+    n = n + 1
+    return sgw:json(method, path, { body = body,
+      headers = { ["X-Api-Key"] = key, ["Idempotency-Key"] = "ig-" .. n .. "-" .. math.random(1, 1e9) } })
+  end
+  function t.publish(message)
+    local status, body = t.api("POST", "/api/v1/posts", {
+      targets = { { socialAccountId = ig, platform = "instagram" } },
+      content = { type = "image", message = message, imageUrl = fake:instagram_image() },
+      publishing = { mode = "immediate" } })
+    assert(status == 202, cjson.encode(body))
+    return body
+  end
+  function t.target(post_id)
+    local _, body = t.api("GET", "/api/v1/posts/" .. post_id)
+    return body.targets[1]
+  end
+  function t.wait(op_id, timeout)
+    return stack.wait_operation(function(path) return t.api("GET", path) end, op_id, timeout or 30)
+  end
+  -- The target of this post once it waits for a retry; of a list of posts,
+  -- the first found waiting.
+  function t.waiting(posts, what)
+    if posts.resource then posts = { posts } end
+    return stack.eventually(function()
+      for _, body in ipairs(posts) do
+        local target = t.target(body.resource.postId)
+        if target.status == "retry_scheduled" then return target end
+      end
+    end, 10, 0.05, what)
+  end
+  return t
+end
+
 describe("Instagram publishing", function()
-  local fake, sgw, t, ig_user
+  local fake, t, ig_user
 
   setup(function()
     fake = fake_graph.start({ latency_ms = 0 })
-    sgw = stack.start_sgw { name = "instagram", set = fake:https_settings {
-      ["crypto.encryption_key"] = stack.ENCRYPTION_KEY,
-      ["meta.graph_base_url"] = fake.graph_url,
-      ["meta.request_timeout_seconds"] = 2,
-      ["meta.instagram_container_first_poll_seconds"] = 0.2,
-      ["meta.instagram_container_poll_seconds"] = 0.2,
-      ["publishing.retry.base_seconds"] = 0.2,
-      ["publishing.retry.max_seconds"] = 1,
-      -- Quota waits are not attempts: one attempt is all other failures get.
-      ["publishing.retry.max_attempts"] = 1,
-      ["api.rate_limit.per_minute"] = 1000000,
-    } }
-    local company = cli(sgw, { "company", "create", "--name", "Insta Co" }).companyId
-    local key = cli(sgw, { "client", "create", "--company", company, "--environment", "live",
-      "--scopes", "accounts:read posts:read posts:write operations:read" }).apiKey
-    local page = fake.add_page({ name = "Insta page", instagram_business_account = true })
-    ig_user = page.instagram_business_account.id
-    local ig = cli(sgw, { "account", "add", "--company", company, "--environment", "live", "--platform", "instagram",
-      "--platform-account-id", ig_user, "--name", "Insta", "--access-token", page.access_token }).accountId
-    local n = 0
-    t = {}
-    function t.api(method, path, body)
-      n = n + 1
-      return sgw:json(method, path, { body = body,
-        headers = { ["X-Api-Key"] = key, ["Idempotency-Key"] = "ig-" .. n .. "-" .. math.random(1, 1e9) } })
-    end
-    function t.publish(message)
-      local status, body = t.api("POST", "/api/v1/posts", {
-        targets = { { socialAccountId = ig, platform = "instagram" } },
-        content = { type = "image", message = message, imageUrl = fake:instagram_image() },
-        publishing = { mode = "immediate" } })
-      assert(status == 202, cjson.encode(body))
-      return body
-    end
-    function t.target(post_id)
-      local _, body = t.api("GET", "/api/v1/posts/" .. post_id)
-      return body.targets[1]
-    end
-    function t.wait(op_id, timeout)
-      return stack.wait_operation(function(path) return t.api("GET", path) end, op_id, timeout or 30)
-    end
+    t = start(fake, "instagram")
+    ig_user = t.ig_user
   end)
 
   teardown(function()
@@ -118,10 +139,7 @@ describe("Instagram publishing", function()
     local calls = media_publish_calls()
 
     local second = t.publish("Second of the window")
-    local waiting = stack.eventually(function()
-      local target = t.target(second.resource.postId)
-      return target.status == "retry_scheduled" and target
-    end, 10, 0.05, "the second target to wait for the quota")
+    local waiting = t.waiting(second, "the second target to wait for the quota")
     assert.are.equal("rate_limited", waiting.error.code)
     assert.is_true(waiting.error.retryable)
     assert.matches("Instagram's publishing limit of 1 post per 5 seconds is used up", waiting.error.message, 1, true)
@@ -144,10 +162,7 @@ describe("Instagram publishing", function()
     fake.control("POST", "instagram/quota", { account = ig_user, used = 2 })
     local before = stack.now()
     local body = t.publish("After the others")
-    local waiting = stack.eventually(function()
-      local target = t.target(body.resource.postId)
-      return target.status == "retry_scheduled" and target
-    end, 10, 0.05, "the target to wait for the quota")
+    local waiting = t.waiting(body, "the target to wait for the quota")
     assert.matches("limit of 2 posts per 4 seconds is used up (2 used)", waiting.error.message, 1, true)
     local at = unix(waiting.nextAttemptAt)
     assert.is_true(at >= before + 4 - 1 and at <= stack.now() + 4 + 1, waiting.nextAttemptAt)
@@ -160,10 +175,7 @@ describe("Instagram publishing", function()
     fake.fail({ match = { method = "POST", path = "/{ig}/media_publish" }, count = 1, preset = "ig_quota",
       error = { error_user_msg = "You have reached the maximum number of posts allowed." } })
     local body = t.publish("Refused by the quota once")
-    local waiting = stack.eventually(function()
-      local target = t.target(body.resource.postId)
-      return target.status == "retry_scheduled" and target
-    end, 10, 0.05, "the target to wait for the quota")
+    local waiting = t.waiting(body, "the target to wait for the quota")
     assert.are.equal("rate_limited", waiting.error.code)
     assert.are.equal("9/2207042", waiting.error.platformCode)
     assert.are.equal(9, waiting.error.platform.code)
@@ -190,5 +202,106 @@ describe("Instagram publishing", function()
     assert.matches("^A[%w_%-]+$", target.error.platform.fbtraceId)
     assert.are.same(target.error, op.result.targets[1].error)
     assert.are.equal(0, publishes("Refused caption"))
+  end)
+end)
+
+describe("Instagram containers", function()
+  local fake, t
+  local WINDOW = 5
+
+  -- Meta's limit of containers per account, made small: 2 per 5 s.
+  setup(function()
+    fake = fake_graph.start({ latency_ms = 0 })
+    t = start(fake, "instagram_containers", {
+      ["meta.instagram_container_limit"] = 2,
+      ["meta.instagram_container_window_seconds"] = WINDOW,
+      ["meta.request_timeout_seconds"] = 1,
+    })
+  end)
+
+  teardown(function()
+    stack.cleanup()
+    fake_graph.stop_all()
+  end)
+
+  local function containers_made()
+    return fake.requests({ method = "POST", path = "/" .. t.ig_user .. "/media" })
+  end
+
+  before_each(function()
+    fake.clear_failures()
+    -- Every test starts with the window empty of the containers of the one before.
+    local last = containers_made()
+    last = last[#last]
+    if last then
+      stack.eventually(function() return stack.now() > last.at + WINDOW + 0.5 end, WINDOW + 5, 0.1, "the window to pass")
+    end
+  end)
+
+  -- How many times each of these captions was published.
+  local function published(list)
+    local seen = {}
+    for _, p in ipairs(fake.published(t.ig_user).data) do seen[p.caption] = (seen[p.caption] or 0) + 1 end
+    local counts = {}
+    for i, caption in ipairs(list) do counts[i] = seen[caption] or 0 end
+    return counts
+  end
+
+  it("makes no more containers than the limit allows in the window; the rest wait for it", function()
+    local before = #containers_made()
+    local bodies = {}
+    for i = 1, 3 do bodies[i] = t.publish("Container " .. i) end
+    local waiting = t.waiting(bodies, "a target to wait for the container limit")
+    local made = containers_made()
+    assert.are.equal(2, #made - before)
+    assert.are.equal("rate_limited", waiting.error.code)
+    assert.is_true(waiting.error.retryable)
+    assert.matches("Instagram's limit of 2 containers per 5 seconds is used up (2 made by sgw)",
+      waiting.error.message, 1, true)
+    -- The wait ends when the first container leaves the window (rounded up to a second).
+    local frees = made[before + 1].at + WINDOW
+    assert.is_true(unix(waiting.nextAttemptAt) >= frees - 0.5 and unix(waiting.nextAttemptAt) <= frees + 1.5,
+      waiting.nextAttemptAt)
+    assert.are.equal(0, waiting.attempts)
+
+    for i = 1, 3 do assert.are.equal("succeeded", t.wait(bodies[i].operationId, 20).status) end
+    made = containers_made()
+    assert.are.equal(3, #made - before)
+    assert.is_true(made[before + 3].at >= made[before + 1].at + WINDOW - 0.5,
+      ("the third container %.2f s after the first"):format(made[before + 3].at - made[before + 1].at))
+    assert.are.same({ 1, 1, 1 }, published({ "Container 1", "Container 2", "Container 3" }))
+  end)
+
+  it("does not count a container Meta refused to make", function()
+    fake.fail({ match = { method = "POST", path = "/{ig}/media" }, count = 1, error = { code = 100,
+      subcode = 2207010, message = "(#100) The caption is too long" } })
+    local refused = t.publish("Refused container")
+    assert.are.equal("failed", t.wait(refused.operationId).status)
+    local refused_at = containers_made()[#containers_made()].at
+    local bodies = { t.publish("After a refusal A"), t.publish("After a refusal B") }
+    for _, body in ipairs(bodies) do
+      assert.are.equal("succeeded", t.wait(body.operationId).status)
+      assert.are.equal(1, t.target(body.resource.postId).attempts)
+    end
+    -- Had the refusal taken a slot, the second would have waited for it to leave the window.
+    local made = containers_made()
+    assert.is_true(made[#made].at < refused_at + WINDOW, ("%.2f s after the refusal"):format(made[#made].at - refused_at))
+    assert.are.same({ 1, 1 }, published({ "After a refusal A", "After a refusal B" }))
+  end)
+
+  it("counts a container whose answer was lost: it may exist", function()
+    -- Made by the fake, but answered after sgw's 1 s time-out: the target
+    -- fails (one attempt in this setup), the container stays counted.
+    fake.fail({ match = { method = "POST", path = "/{ig}/media" }, count = 1, kind = "timeout_after_commit",
+      delay_ms = 2000 })
+    local lost = t.publish("Lost answer")
+    assert.are.equal("failed", t.wait(lost.operationId).status)
+    local next_one = t.publish("Second slot")
+    assert.are.equal("succeeded", t.wait(next_one.operationId).status)
+    local third = t.publish("Third container")
+    local waiting = t.waiting(third, "the third container to wait for the window")
+    assert.matches("(2 made by sgw)", waiting.error.message, 1, true)
+    assert.are.equal("succeeded", t.wait(third.operationId, 20).status)
+    assert.are.same({ 0, 1, 1 }, published({ "Lost answer", "Second slot", "Third container" }))
   end)
 end)

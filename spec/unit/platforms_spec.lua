@@ -6,7 +6,7 @@ local graph = require "scripted_graph"
 
 local BASE, TOKEN, T0 = graph.BASE, graph.TOKEN, 1700000000
 local calls, script, on, ok, graph_error = graph.calls, graph.script, graph.on, graph.ok, graph.graph_error
-local logged, saved
+local logged, saved, slots
 
 local function install()
   fake_host.install({ ["meta.graph_base_url"] = BASE, ["meta.instagram_container_poll_seconds"] = 2,
@@ -19,9 +19,16 @@ local function install()
   _G.log = { debug = capture("debug"), info = capture("info"), warn = capture("warn"), error = capture("error") }
   graph.install()
   -- The quota reads Redis and PostgreSQL: its specs are integration specs
-  -- (instagram_publishing_spec); here it always has room.
+  -- (instagram_publishing_spec); here it always has room, and the container
+  -- slots it gives and takes back are recorded.
+  slots = {}
   package.loaded["platforms.instagram_quota"] = { check = function() end, published = function() end,
-    is_quota_error = function() return false end }
+    is_quota_error = function() return false end,
+    reserve_container = function(account, target_id)
+      slots[#slots + 1] = { account = account.id, target = target_id, released = false }
+      return #slots
+    end,
+    release_container = function(id) slots[id].released = true end }
   package.loaded["platforms.instagram"] = nil
 end
 
@@ -183,6 +190,7 @@ describe("instagram adapter", function()
     assert.same({ image_url = "https://media.example/a.jpg", caption = "Caption #one", access_token = TOKEN }, calls[1].params)
     assert.same({ container_id = "c-1", container_created_at = T0 }, calls[2].save_state)
     assert.equal(2, #calls)
+    assert.same({ { account = "acc_1", target = "tgt_1", released = false } }, slots)
     clock.set(T0 + 5)
     on("GET c-1", ok({ status_code = "FINISHED", id = "c-1" }))
     on("POST 17841400000000001/media_publish", ok({ id = "m-1" }))
@@ -201,6 +209,7 @@ describe("instagram adapter", function()
     local outcome = instagram.publish(ig_ctx({ container_id = "c-7", container_created_at = T0 - 10 }))
     assert.equal("m-7", outcome.platform_post_id)
     assert.same({}, saved)
+    assert.same({}, slots)
   end)
 
   it("asks to be called again while the container is IN_PROGRESS", function()
@@ -271,6 +280,8 @@ describe("instagram adapter", function()
     assert.same("error", outcome.status)
     assert.same("platform_unavailable", outcome.error.code)
     assert.same({}, saved)
+    -- The container may exist all the same: its slot stays taken.
+    assert.same({ { account = "acc_1", target = "tgt_1", released = false } }, slots)
   end)
 
   it("classifies what Instagram refuses", function()
@@ -278,6 +289,8 @@ describe("instagram adapter", function()
       code = 36003, error_subcode = 2207009 }))
     assert.same({ status = "error", error = { code = "media_rejected", message = "The aspect ratio is not supported.",
       platform_code = "36003/2207009", platform = { code = 36003, subcode = 2207009 } } }, instagram.publish(ig_ctx()))
+    -- No container was made: the slot is given back.
+    assert.same({ { account = "acc_1", target = "tgt_1", released = true } }, slots)
   end)
 
   describe("resolve", function()
