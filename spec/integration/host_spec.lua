@@ -467,12 +467,16 @@ end
       local database_url
       for round = 1, 20 do
         -- A short drain, so that some requests are still queued or suspended
-        -- when it ends and the stop has to see them through.
+        -- when it ends and the stop has to see them through; short waits for
+        -- a database connection and a short handler budget, so that the
+        -- requests queued behind the slow ones end within a second or two,
+        -- not the default 5 s (twenty rounds of that are minutes).
         local inst = stack.start_sgw { name = "burst-" .. round, database_url = database_url,
           migrate = database_url == nil, set = { ["lua.root"] = root,
-          ["api.rate_limit.anonymous_per_minute"] = 1000000, ["http.drain_seconds"] = 0.3, ["http.workers"] = 2 } }
+          ["api.rate_limit.anonymous_per_minute"] = 1000000, ["http.drain_seconds"] = 0.3, ["http.workers"] = 2,
+          ["database.pool_wait_ms"] = 1000, ["lua.handler_budget_ms"] = 1500 } }
         database_url = inst.database_url
-        stack.sh("(wrk -t2 -c48 -d4s --timeout 3s -s " .. stack.shell_quote(script) .. " " .. inst.base_url
+        stack.sh("(wrk -t2 -c48 -d3s --timeout 3s -s " .. stack.shell_quote(script) .. " " .. inst.base_url
           .. " > /dev/null 2>&1 &)")
         stack.eventually(function()
           local _, metrics = inst:admin("GET", "/metrics")
