@@ -24,12 +24,16 @@ M.QUOTA_RETRY_AFTER = 3600
 -- First match wins. A rule matches when every field it names matches:
 -- codes (a list), code_range ({from, to}), subcodes (a list), transient.
 M.RULES = {
-  { class = "rate_limited", codes = { 4, 17, 32, 613 } },              -- app, user, page, custom
+  -- Instagram suspects spam (code 4 is otherwise the app's rate limit): no
+  -- use trying again; the adapter first asks whether the post went out anyway.
+  { class = "content_rejected", codes = { 4 }, subcodes = { 2207051 } },
+  { class = "rate_limited", codes = { 4, 17, 32, 341, 613 } },         -- app, user, page, app/feed, custom
   { class = "rate_limited", code_range = { 80001, 80009 } },           -- business use case (pages, instagram, ...)
   { class = "rate_limited", codes = { 9 }, subcodes = { 2207042 },     -- Instagram daily publishing quota
     retry_after = M.QUOTA_RETRY_AFTER },
-  { class = "token_expired", codes = { 190 } },                        -- 458, 459, 460, 463, 464, 467, 492
-  { class = "media_rejected", subcodes = { 2207020 } },                -- container expired: never a second one
+  { class = "token_expired", codes = { 190, 102 } },                   -- 458, 459, 460, 463, 464, 467, 492
+  { class = "platform_unavailable", codes = { 24 }, subcodes = { 2207008 } }, -- publishing: try again shortly
+  { class = "media_rejected", subcodes = { 2207020 } },                -- expired (the adapter makes a new container)
   { class = "platform_unavailable", codes = { 1, 2 } },                -- unknown error, service down
   { class = "platform_unavailable", codes = { -1, -2 } },              -- Instagram 2207001, 2207003
   { class = "platform_unavailable", transient = true },

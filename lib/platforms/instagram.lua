@@ -15,13 +15,20 @@
 --      (no container left to expire while waiting) and again before publishing.
 --
 -- A container already PUBLISHED means the media exists: find it, publish nothing.
+-- One that EXPIRED (never published) is replaced by a new one.
 local graph = require "platforms.graph"
+local graph_errors = require "platforms.graph_errors"
 local quota = require "platforms.instagram_quota"
 
 local M = {}
 
--- What media_publish answers for a container published already (a race).
-local ALREADY_PUBLISHED = "9007/2207008"
+-- Subcodes of media_publish errors after which the container may have been
+-- published all the same, so its status is asked before anything else:
+-- 2207008 (a temporary error; also what a container published already
+-- gets) and 2207051 (suspected spam: the post can be live regardless).
+local ASK_CONTAINER = { [2207008] = true, [2207051] = true }
+-- The container expired before it was published (Meta: make a new one).
+local EXPIRED = 2207020
 
 -- The container's status_code, and Meta's words about it.
 local function container_status(container, token)
@@ -76,6 +83,26 @@ local function container_of(ctx, token)
   return created.id
 end
 
+-- A container that expired was never published: the target goes on with a
+-- new one, which cannot make a second post.
+local function renew(ctx)
+  log.info("instagram_container_renewed", { targetId = ctx.target.id, containerId = ctx.target.adapter_state.container_id })
+  local forget = { container_id = false, container_created_at = false }
+  ctx.save_state(forget)
+  for k, v in pairs(forget) do ctx.target.adapter_state[k] = v end
+  return ctx
+end
+
+-- A container Instagram could not prepare: `status` carries the subcode
+-- ("Error: ... error code 2207009"), classified like the same error from a call.
+local function container_error(detail)
+  local subcode = math.tointeger(tonumber(tostring(detail or ""):match("(22%d%d%d%d%d)")))
+  local err = graph_errors.classify({ error_subcode = subcode,
+    message = "Instagram could not prepare the media: " .. tostring(detail or "ERROR") })
+  if err.code ~= "content_rejected" then err.code = "media_rejected" end
+  return err
+end
+
 function M.publish(ctx)
   local token = ctx.account.access_token
   ctx.target.adapter_state = ctx.target.adapter_state or {}
@@ -104,8 +131,10 @@ function M.publish(ctx)
   if not status then return graph.failed(detail, false) end
   if status == "PUBLISHED" then
     return existing_media(ctx, token)
-  elseif status == "ERROR" or status == "EXPIRED" then
-    return graph.error("media_rejected", "Instagram could not prepare the media: " .. tostring(detail or status))
+  elseif status == "EXPIRED" then
+    return M.publish(renew(ctx))
+  elseif status == "ERROR" then
+    return { status = "error", error = container_error(detail) }
   elseif status ~= "FINISHED" then
     local waited = clock.now() - (ctx.target.adapter_state.container_created_at or clock.now())
     if waited >= config.get("meta.instagram_container_max_wait_seconds") then
@@ -119,7 +148,13 @@ function M.publish(ctx)
   if wait then return { status = "error", error = wait } end
   local published, perr, sent = graph.call("POST", ctx.account.platform_account_id .. "/media_publish",
     { creation_id = container }, token)
-  if perr and perr.platform_code == ALREADY_PUBLISHED then return existing_media(ctx, token) end
+  local subcode = perr and perr.platform and perr.platform.subcode
+  if ASK_CONTAINER[subcode] then
+    local now_status = container_status(container, token)
+    if now_status == "PUBLISHED" then return existing_media(ctx, token) end
+    if now_status == nil then return graph.failed(perr, true) end -- cannot tell: resolved next run
+  end
+  if subcode == EXPIRED then return M.publish(renew(ctx)) end
   if quota.is_quota_error(perr) then return { status = "error", error = quota.exhausted(ctx.account, perr) } end
   if not published then return graph.failed(perr, sent) end
   quota.published(ctx.account)

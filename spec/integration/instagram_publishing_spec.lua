@@ -193,6 +193,22 @@ describe("Instagram publishing", function()
     assert.are.equal(1, publishes("Refused by the quota once"))
   end)
 
+  it("replaces a container found EXPIRED with a new one and publishes that, once", function()
+    -- The first status query finds the container expired (as after a wait of a day).
+    fake.fail({ match = { method = "GET", path = "/{container}" }, count = 1, kind = "http", status = 200,
+      content_type = "application/json",
+      body = cjson.encode({ status_code = "EXPIRED", status = "Expired: Media was not published within 24 hours." }) })
+    local made_before = #fake.requests({ method = "POST", path = "/" .. ig_user .. "/media" })
+    local body = t.publish("Outlived its container")
+    assert.are.equal("succeeded", t.wait(body.operationId).status)
+    local made = fake.requests({ method = "POST", path = "/" .. ig_user .. "/media" })
+    assert.are.equal(2, #made - made_before)
+    local published = fake.requests({ method = "POST", path = "/" .. ig_user .. "/media_publish" })
+    assert.are.equal(made[#made].seq < published[#published].seq, true)
+    assert.are.equal(1, publishes("Outlived its container"))
+    assert.are.equal("published", t.target(body.resource.postId).status)
+  end)
+
   it("keeps Meta's code, subcode, trace id and user message on a failed target", function()
     fake.fail({ match = { method = "POST", path = "/{ig}/media" }, count = 1, error = { code = 100,
       subcode = 2207010, message = "(#100) The caption is too long", error_user_msg = "Shorten the caption." } })

@@ -32,7 +32,7 @@ describe("graph_errors.from_response", function()
     assert.equal("80001", e.platform_code)
     assert.equal(12 * 60, e.retry_after)
 
-    for _, code in ipairs({ 17, 32, 613, 80002, 80009 }) do
+    for _, code in ipairs({ 17, 32, 341, 613, 80002, 80009 }) do
       assert.equal("rate_limited", class_of(400, { message = "limit", code = code }).code, code)
     end
   end)
@@ -71,6 +71,21 @@ describe("graph_errors.from_response", function()
       assert.is_nil(e.retry_after)
     end
     assert.equal("token_expired", class_of(400, { message = "Invalid OAuth access token.", code = 190 }).code)
+    assert.equal("token_expired", class_of(400, { message = "Session key invalid or no longer valid", code = 102 }).code)
+  end)
+
+  it("tells Instagram's suspected spam (4/2207051) from the app's rate limit (4), and never retries it", function()
+    local e = class_of(400, { message = "We restrict certain activity to protect our community.", code = 4,
+      error_subcode = 2207051 })
+    assert.equal("content_rejected", e.code)
+    assert.equal("4/2207051", e.platform_code)
+    assert.is_false(errors.retryable(e.code))
+  end)
+
+  it("retries Instagram's temporary publishing error (24/2207008)", function()
+    local e = class_of(400, { message = "Temporary error publishing a container", code = 24, error_subcode = 2207008 })
+    assert.equal("platform_unavailable", e.code)
+    assert.is_true(errors.retryable(e.code))
   end)
 
   it("classifies missing permissions", function()

@@ -237,12 +237,80 @@ describe("instagram adapter", function()
     assert.equal("platform_unavailable", outcome.error.code)
   end)
 
-  it("rejects media whose container ended in ERROR or EXPIRED", function()
-    for _, status in ipairs({ "ERROR", "EXPIRED" }) do
-      on("GET c-4", ok({ status_code = status }))
+  it("rejects media whose container ended in ERROR, with the subcode its status gives", function()
+    for subcode, class in pairs({ [2207009] = "media_rejected", [2207010] = "content_rejected",
+        [2207999] = "media_rejected" }) do
+      on("GET c-4", ok({ status_code = "ERROR", status = "Error: Media upload has failed with error code " .. subcode }))
       local outcome = instagram.publish(ig_ctx({ container_id = "c-4", container_created_at = T0 }))
-      assert.equal("media_rejected", outcome.error.code)
+      assert.equal("error", outcome.status)
+      assert.equal(class, outcome.error.code)
+      assert.equal(subcode, outcome.error.platform.subcode)
+      assert.matches("error code " .. subcode, outcome.error.message, 1, true)
     end
+    on("GET c-4", ok({ status_code = "ERROR" }))
+    assert.equal("media_rejected", instagram.publish(ig_ctx({ container_id = "c-4", container_created_at = T0 })).error.code)
+  end)
+
+  it("replaces a container that EXPIRED unpublished with a new one", function()
+    on("GET c-4", ok({ status_code = "EXPIRED" }))
+    on("POST 17841400000000001/media", ok({ id = "c-4b" }))
+    local c = ig_ctx({ container_id = "c-4", container_created_at = T0 - 86400 })
+    assert.same({ status = "retry_later", retry_in = 5 }, instagram.publish(c))
+    assert.same({ container_id = false, container_created_at = false }, calls[2].save_state)
+    assert.same({ container_id = "c-4b", container_created_at = T0 }, calls[4].save_state)
+    assert.equal("c-4b", c.target.adapter_state.container_id)
+    assert.same({ { account = "acc_1", target = "tgt_1", released = false } }, slots)
+  end)
+
+  it("replaces a container media_publish calls expired (2207020)", function()
+    on("GET c-12", ok({ status_code = "FINISHED" }))
+    on("POST 17841400000000001/media_publish", graph_error(400, { message = "The media you are trying to access has expired.",
+      code = -2, error_subcode = 2207020 }))
+    on("POST 17841400000000001/media", ok({ id = "c-12b" }))
+    local c = ig_ctx({ container_id = "c-12", container_created_at = T0 })
+    assert.same({ status = "retry_later", retry_in = 5 }, instagram.publish(c))
+    assert.equal("c-12b", c.target.adapter_state.container_id)
+  end)
+
+  it("asks the container after a temporary publishing error (24/2207008) and tries again later", function()
+    on("GET c-13", ok({ status_code = "FINISHED" }))
+    on("POST 17841400000000001/media_publish", graph_error(400, { message = "Temporary error publishing a container",
+      code = 24, error_subcode = 2207008 }))
+    on("GET c-13", ok({ status_code = "FINISHED" }))
+    local outcome = instagram.publish(ig_ctx({ container_id = "c-13", container_created_at = T0 }))
+    assert.equal("error", outcome.status)
+    assert.equal("platform_unavailable", outcome.error.code)
+    assert.equal("24/2207008", outcome.error.platform_code)
+  end)
+
+  it("after suspected spam (4/2207051) finds the post if it went out anyway, else fails it for good", function()
+    for _, status in ipairs({ "PUBLISHED", "FINISHED" }) do
+      on("GET c-14", ok({ status_code = "FINISHED" }))
+      on("POST 17841400000000001/media_publish", graph_error(400, { message = "We restrict certain activity",
+        code = 4, error_subcode = 2207051 }))
+      on("GET c-14", ok({ status_code = status }))
+      if status == "PUBLISHED" then
+        on("GET 17841400000000001/media", ok({ data = { { id = "m-14", caption = "Caption #one",
+          timestamp = "2023-11-14T22:13:21+0000" } } }))
+        on("GET m-14", ok({ permalink = "https://ig/14" }))
+      end
+      local outcome = instagram.publish(ig_ctx({ container_id = "c-14", container_created_at = T0 }))
+      if status == "PUBLISHED" then
+        assert.same({ status = "published", platform_post_id = "m-14", permalink_url = "https://ig/14" }, outcome)
+      else
+        assert.equal("error", outcome.status)
+        assert.equal("content_rejected", outcome.error.code)
+        assert.equal("4/2207051", outcome.error.platform_code)
+      end
+    end
+  end)
+
+  it("reports an unknown outcome when the container cannot be asked after such an error", function()
+    on("GET c-15", ok({ status_code = "FINISHED" }))
+    on("POST 17841400000000001/media_publish", graph_error(400, { message = "We restrict certain activity",
+      code = 4, error_subcode = 2207051 }))
+    on("GET c-15", { fail = "timeout" })
+    assert.equal("unknown", instagram.publish(ig_ctx({ container_id = "c-15", container_created_at = T0 })).status)
   end)
 
   it("never publishes a PUBLISHED container again: it finds its media", function()
@@ -267,6 +335,7 @@ describe("instagram adapter", function()
     on("GET c-11", ok({ status_code = "FINISHED" }))
     on("POST 17841400000000001/media_publish", graph_error(400, { message = "Media ID is not available",
       code = 9007, error_subcode = 2207008 }))
+    on("GET c-11", ok({ status_code = "PUBLISHED" }))
     on("GET 17841400000000001/media", ok({ data = { { id = "m-11", caption = "Caption #one",
       timestamp = "2023-11-14T22:13:21+0000" } } }))
     on("GET m-11", ok({}))
