@@ -200,16 +200,19 @@ local function record(row, outcome)
       local retryable = graph_errors.retryable(e.code)
       -- A quota wait is no failure of the platform: the post goes out when the
       -- window frees, however many waits that takes (docs/publishing.md).
-      local again = retryable and (e.quota_wait or retry.should_retry(e.code, row.run_attempts))
+      -- Nor is a wait while Meta throttles the account or the app (e.paused):
+      -- no call was made; the attempt that met the throttle counted already.
+      local waits = e.quota_wait or e.paused
+      local again = retryable and (waits or retry.should_retry(e.code, row.run_attempts))
       local stored = json.encode({ code = e.code, message = e.message, retryable = retryable, platformCode = e.platform_code,
         platform = graph_errors.public_detail(e) })
       if again then
-        local delay = e.quota_wait and e.retry_after or retry.delay(row.run_attempts, {
+        local delay = waits and e.retry_after or retry.delay(row.run_attempts, {
           base = config.get("publishing.retry.base_seconds"), max = config.get("publishing.retry.max_seconds"),
           retry_after = e.retry_after })
         assert(db.exec([[UPDATE post_targets SET status = 'retry_scheduled', error = $2,
             next_attempt_at = to_timestamp($3), updated_at = now() WHERE id = $1]], row.id, stored, clock.now() + delay))
-        if e.quota_wait then
+        if waits then
           assert(db.exec("UPDATE post_targets SET attempts = attempts - 1, run_attempts = run_attempts - 1 WHERE id = $1", row.id))
         end
         answer = { retry_in = delay }

@@ -7,7 +7,9 @@
 --
 -- `sent` is true when no answer came back but the request may have reached
 -- Meta (a time-out after sending): whatever it asked for may have happened.
--- An answer, even an error, is definitive: sent is false.
+-- An answer, even an error, is definitive: sent is false. While Meta
+-- throttles the app or the token (platforms.graph_pause), no call is made:
+-- the answer is that rate_limited error at once, with `paused = true`.
 --
 -- Parameters go form-encoded in the body of a POST and in the query string
 -- otherwise; the token goes as the access_token parameter and is never logged.
@@ -15,6 +17,7 @@
 -- "Require App Secret" on accepts it and a stolen token alone is useless.
 local json = require "json"
 local graph_errors = require "platforms.graph_errors"
+local pause = require "platforms.graph_pause"
 
 local M = {}
 
@@ -52,6 +55,8 @@ function M.call(method, path, params, token)
   if type(path) ~= "string" or not path:match("^[%w_%-%.]+[%w_%-%./]*$") or path:find("..", 1, true) then
     return nil, { code = "invalid_request", message = "Not a Graph API path: " .. tostring(path) }, false
   end
+  local paused = pause.check(token)
+  if paused then return nil, paused, false end
   local fields = {}
   for k, v in pairs(params or {}) do fields[k] = v end
   fields.access_token = token
@@ -81,6 +86,7 @@ function M.call(method, path, params, token)
   local value = json.decode(res.body or "")
   if res.status >= 200 and res.status < 300 and type(value) == "table" and value.error == nil then
     log.debug("graph_call", { method = method, path = path, status = res.status, ms = ms })
+    pause.observe(token, nil, graph_errors.regain_access_seconds(res.headers))
     return value, nil, nil, res.headers
   end
   if res.status >= 200 and res.status < 300 and type(value) ~= "table" then
@@ -92,6 +98,7 @@ function M.call(method, path, params, token)
   local err = graph_errors.from_response(res)
   log.info("graph_call_error", { method = method, path = path, status = res.status, class = err.code,
     platformCode = err.platform_code, ms = ms })
+  pause.observe(token, err)
   return nil, err, false, res.headers
 end
 

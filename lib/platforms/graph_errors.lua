@@ -4,6 +4,7 @@
 --
 --   { code = "<class>", message = "...", platform_code = "190/463" or nil,
 --     retry_after = seconds or nil,
+--     throttle = "app" | "token" or nil,    -- Meta holds back these calls
 --     platform = { code, subcode, fbtrace_id, user_message } or nil }
 --
 -- `platform` is Meta's own detail, kept for the client (M.public_detail);
@@ -27,8 +28,11 @@ M.RULES = {
   -- Instagram suspects spam (code 4 is otherwise the app's rate limit): no
   -- use trying again; the adapter first asks whether the post went out anyway.
   { class = "content_rejected", codes = { 4 }, subcodes = { 2207051 } },
-  { class = "rate_limited", codes = { 4, 17, 32, 341, 613 } },         -- app, user, page, app/feed, custom
-  { class = "rate_limited", code_range = { 80001, 80009 } },           -- business use case (pages, instagram, ...)
+  -- Throttles: `throttle` says whose calls Meta holds back, the app's or
+  -- those made with this token (platforms.graph_pause stops making them).
+  { class = "rate_limited", codes = { 4 }, throttle = "app" },          -- app
+  { class = "rate_limited", codes = { 17, 32, 341, 613 }, throttle = "token" }, -- user, page, app/feed, custom
+  { class = "rate_limited", code_range = { 80001, 80009 }, throttle = "token" }, -- business use case (pages, instagram, ...)
   { class = "rate_limited", codes = { 9 }, subcodes = { 2207042 },     -- Instagram daily publishing quota
     retry_after = M.QUOTA_RETRY_AFTER },
   { class = "token_expired", codes = { 190, 102 } },                   -- 458, 459, 460, 463, 464, 467, 492
@@ -178,6 +182,7 @@ function M.classify(graph_error, status, headers)
   }
   if class == "rate_limited" then
     out.retry_after = M.regain_access_seconds(headers) or (rule and rule.retry_after) or M.DEFAULT_RETRY_AFTER
+    out.throttle = rule and rule.throttle
   end
   return out
 end
@@ -196,7 +201,10 @@ function M.from_response(res)
     class = "platform_unavailable"
   end
   local out = { code = class, message = "Graph API answered HTTP " .. tostring(res.status) .. " without an error body." }
-  if class == "rate_limited" then out.retry_after = M.regain_access_seconds(res.headers) or M.DEFAULT_RETRY_AFTER end
+  if class == "rate_limited" then
+    out.retry_after = M.regain_access_seconds(res.headers) or M.DEFAULT_RETRY_AFTER
+    out.throttle = "token"
+  end
   return out
 end
 

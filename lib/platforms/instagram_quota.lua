@@ -112,6 +112,8 @@ function M.check(account)
   if limit and limit.usage < limit.total then return nil end
   local err
   limit, err = fetch_once(account.id, account)
+  -- Meta throttles this account's calls: wait for that first.
+  if not limit and err and err.paused then return err end
   -- Unknown: publish anyway; Meta still refuses over the quota (9/2207042).
   if not limit then
     log.warn("instagram_quota_unknown", { accountId = account.id, error = err and err.message })

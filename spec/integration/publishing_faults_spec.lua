@@ -211,27 +211,51 @@ describe("publishing faults", function()
     assert.are.equal(1, times_published(fake, t.page.instagram_business_account.id, "Container once"))
   end)
   -- Last in this block: it moves sgw's clock forward for good.
-  it("waits as long as a rate-limited platform asks before trying again", function()
+  it("waits as long as a rate-limited platform asks before trying again, and calls Meta for nothing meanwhile", function()
     fake.fail({ match = { method = "POST", path = "/{page}/feed" }, count = 1, preset = "rate_limited" })
     local body = t.text("Rate limited once")
-    local target
-    stack.eventually(function()
-      target = t.post(body.resource.postId).targets[1]
-      return target.status == "retry_scheduled"
-    end, 10, 0.1, "retry scheduled")
+    local function waiting(post)
+      local target
+      stack.eventually(function()
+        target = t.post(post.resource.postId).targets[1]
+        return target.status == "retry_scheduled"
+      end, 10, 0.1, "retry scheduled")
+      return target
+    end
+    local function unix(at)
+      local y, mo, d, h, mi, s = at:match("(%d+)-(%d+)-(%d+)T(%d+):(%d+):(%d+)")
+      return os.time({ year = y, month = mo, day = d, hour = h, min = mi, sec = s, isdst = false })
+        - os.time({ year = 1970, month = 1, day = 1, hour = 0, isdst = false })
+    end
+    local target = waiting(body)
     assert.are.equal("rate_limited", target.error.code)
     assert.is_true(target.error.retryable)
     -- The fake asked for a minute (estimated_time_to_regain_access), which
     -- wins over the one-second back-off configured here.
-    local y, mo, d, h, mi, s = target.nextAttemptAt:match("(%d+)-(%d+)-(%d+)T(%d+):(%d+):(%d+)")
-    local next_at = os.time({ year = y, month = mo, day = d, hour = h, min = mi, sec = s, isdst = false })
-      - os.time({ year = 1970, month = 1, day = 1, hour = 0, isdst = false })
+    local next_at = unix(target.nextAttemptAt)
     assert.is_true(next_at - stack.now() > 50, "next attempt in " .. (next_at - stack.now()) .. " s")
     assert.are.equal(0, times_published(fake, t.page.id, "Rate limited once"))
+
+    -- Meanwhile a post to the same Page waits too, without a call to Meta
+    -- (each call would add to the count that keeps the limit on), and
+    -- without spending an attempt.
+    local calls = #fake.requests({ method = "POST", path = "/" .. t.page.id .. "/feed" })
+    local second = t.text("While throttled")
+    local paused = waiting(second)
+    assert.are.equal("rate_limited", paused.error.code)
+    assert.matches("Meta is throttling calls for this account", paused.error.message, 1, true)
+    assert.are.equal(cjson.null, paused.error.platform)
+    assert.are.equal(0, paused.attempts)
+    assert.is_true(math.abs(unix(paused.nextAttemptAt) - next_at) <= 2, paused.nextAttemptAt .. " vs " .. target.nextAttemptAt)
+    assert.are.equal(calls, #fake.requests({ method = "POST", path = "/" .. t.page.id .. "/feed" }))
+
     -- Move sgw's clock past the wait instead of sleeping a minute.
     assert.are.equal(200, (sgw:admin("POST", "/clock/advance?seconds=61")))
     assert.are.equal("succeeded", t.wait(body.operationId).status)
+    assert.are.equal("succeeded", t.wait(second.operationId).status)
     assert.are.equal(1, times_published(fake, t.page.id, "Rate limited once"))
+    assert.are.equal(1, times_published(fake, t.page.id, "While throttled"))
+    assert.are.equal(1, t.post(second.resource.postId).targets[1].attempts)
   end)
 end)
 

@@ -20,7 +20,7 @@ describe("graph_errors.from_response", function()
     local e = class_of(403, { message = "(#4) Application request limit reached", type = "OAuthException",
       is_transient = true, code = 4, fbtrace_id = "AbCdEf" })
     assert.same({ code = "rate_limited", message = "(#4) Application request limit reached",
-      platform_code = "4", retry_after = errors.DEFAULT_RETRY_AFTER,
+      platform_code = "4", retry_after = errors.DEFAULT_RETRY_AFTER, throttle = "app",
       platform = { code = 4, fbtrace_id = "AbCdEf" } }, e)
 
     e = class_of(400, { message = "(#80001) There have been too many calls to this Page account. Wait a bit and try again.",
@@ -33,8 +33,12 @@ describe("graph_errors.from_response", function()
     assert.equal(12 * 60, e.retry_after)
 
     for _, code in ipairs({ 17, 32, 341, 613, 80002, 80009 }) do
-      assert.equal("rate_limited", class_of(400, { message = "limit", code = code }).code, code)
+      e = class_of(400, { message = "limit", code = code })
+      assert.equal("rate_limited", e.code, code)
+      assert.equal("token", e.throttle, code)
     end
+    -- Instagram's publishing quota is no throttle of calls.
+    assert.is_nil(class_of(400, { message = "quota", code = 9, error_subcode = 2207042 }).throttle)
   end)
 
   it("gives Instagram's daily publishing quota a long wait", function()

@@ -1,0 +1,69 @@
+-- Meta's advice once it throttles: stop calling, since every further call
+-- adds to the count that keeps the limit in place, and wait as long as it
+-- says (estimated_time_to_regain_access). This remembers, in Redis so that
+-- every instance and every job sees it, until when Meta holds back
+--
+--   the app's calls      (code 4: the app's own limit), and
+--   one token's calls    (17, 32, 341, 613, 80001-80009, HTTP 429, or a
+--                         usage header that says access is not back yet).
+--
+--   pause.check(token)            -> nil: call; or the rate_limited error
+--                                    of a pause, without calling Meta
+--   pause.observe(token, err, regain_seconds)  after every answer: err as
+--                                    classified, or the wait a success's
+--                                    usage header announced
+--
+-- A token stands for its account (a Page token for a Page and the Instagram
+-- account on it), and only its digest is stored. Redis that cannot answer
+-- pauses nothing: Meta still refuses what is over its limit.
+local M = {}
+
+local function key(scope)
+  return config.get("redis.namespace") .. ":graphpause:" .. scope
+end
+
+local function token_scope(token)
+  return "token:" .. crypto.sha256_hex(token):sub(1, 32)
+end
+
+local function keys_for(token)
+  local keys = { key("app") }
+  if token then keys[2] = key(token_scope(token)) end
+  return keys
+end
+
+local function pause(scope, seconds)
+  local ends = clock.now() + seconds
+  -- The key outlives the pause a little on the wall clock; the value, read
+  -- against sgw's clock, decides.
+  redis.call("SET", key(scope), string.format("%.3f", ends), "PX", math.ceil((seconds + 60) * 1000))
+end
+
+function M.check(token)
+  local keys = keys_for(token)
+  local got = redis.call("MGET", table.unpack(keys))
+  if type(got) ~= "table" then return nil end
+  local ends, app = 0, false
+  for i = 1, #keys do
+    local v = tonumber(got[i])
+    if v and v > ends then ends, app = v, i == 1 end
+  end
+  local wait = ends - clock.now()
+  if wait <= 0 then return nil end
+  return {
+    code = "rate_limited", paused = true, retry_after = math.ceil(wait),
+    message = ("Meta is throttling %s; sgw makes no call until %s, when Meta said access comes back.")
+      :format(app and "this app's calls" or "calls for this account", clock.iso(ends)),
+  }
+end
+
+function M.observe(token, err, regain_seconds)
+  if err and err.throttle and err.retry_after then
+    pause(err.throttle == "app" and "app" or token_scope(token or ""), err.retry_after)
+  elseif token and regain_seconds and regain_seconds > 0 then
+    -- An answer, but the usage header says access is held back for a while.
+    pause(token_scope(token), regain_seconds)
+  end
+end
+
+return M
