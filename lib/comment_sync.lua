@@ -10,11 +10,13 @@
 -- usage is, or when the run has used most of its interval. An interrupted
 -- target keeps its cursor and goes on when its turn comes again.
 --
--- Reconciliation: a pass that reads a target from its first page to its last
--- in one run, every page whole, has seen every comment the target has; the
--- comments we hold for it that the pass did not see are gone from the
--- platform (deleted there, or with their thread). Interrupted, resumed or
--- partial passes conclude nothing.
+-- Reconciliation: a pass that reads a target from its first page to its last,
+-- every page whole, has seen every comment the target has; the comments we
+-- hold for it that the pass did not see are gone from the platform (deleted
+-- there, or with their thread). A pass may take several runs: the ids it has
+-- seen are kept (comment_sync_seen) until it ends. A partial page (a comment
+-- with more replies than one fetch reads) makes the pass conclude nothing;
+-- an error that loses the cursor starts a new one.
 local json = require "json"
 local comments = require "comments"
 local versions = require "comment_versions"
@@ -42,41 +44,54 @@ local TAKE_SQL = [[
   ), taken AS (
     INSERT INTO comment_sync (post_target_id, checked_at) SELECT id, now() FROM due
     ON CONFLICT (post_target_id) DO UPDATE SET checked_at = now(), updated_at = now()
-    RETURNING post_target_id, cursor, checked_at
+    RETURNING post_target_id, cursor, checked_at, pass_whole
   )
   SELECT t.id, t.platform_post_id, taken.cursor, extract(epoch FROM taken.checked_at)::float8 AS checked_at,
+         taken.pass_whole,
          a.id AS account_id, a.platform, a.platform_account_id, a.access_token_enc, a.environment, a.company_id,
          a.name, a.username
     FROM taken JOIN post_targets t ON t.id = taken.post_target_id JOIN social_accounts a ON a.id = t.social_account_id
    ORDER BY t.published_at DESC]]
 
--- cursor nil: the pass is complete (or must start over).
-local function save(target_id, cursor, complete, err)
+-- cursor nil: the pass is complete (or must start over). whole: every page
+-- of the pass so far listed all it covers.
+local function save(target_id, cursor, complete, err, whole)
   assert(db.exec([[UPDATE comment_sync SET cursor = $2, synced_at = CASE WHEN $3 THEN now() ELSE synced_at END,
-      error = $4, updated_at = now() WHERE post_target_id = $1]], target_id, cursor, complete, err))
+      error = $4, pass_whole = coalesce($5, pass_whole), updated_at = now() WHERE post_target_id = $1]],
+    target_id, cursor, complete, err, whole))
 end
+
+-- A pass begins at the first page: nothing seen yet.
+local START_PASS_SQL = [[
+  WITH forgotten AS (DELETE FROM comment_sync_seen WHERE post_target_id = $1)
+  UPDATE comment_sync SET pass_started_at = to_timestamp($2::float8), pass_whole = true WHERE post_target_id = $1]]
+
+-- The ids a page of the pass listed.
+local SEEN_SQL = [[
+  INSERT INTO comment_sync_seen (post_target_id, platform_comment_id)
+  SELECT $1, jsonb_array_elements_text($2::jsonb) ON CONFLICT DO NOTHING]]
 
 -- Errors about one target (its post is gone, a cursor expired): the account's
 -- other targets go on. Any other class concerns the account or the platform.
 local TARGET_ERRORS = { invalid_request = true, content_rejected = true }
 
 -- The comments we hold for a target that a complete pass did not see
--- (`seen`: platform comment ids), as deletions. Left out: comments sgw first
--- stored after the run took the target up (created on the platform meanwhile,
--- a listing that began earlier may not show them) or within
--- sync.deletion_grace_seconds before (Meta's listings can lag behind a
+-- (comment_sync_seen), as deletions, and the pass's seen ids forgotten. Left
+-- out: comments sgw first stored after the pass began (created on the
+-- platform meanwhile, a listing that began earlier may not show them) or
+-- within sync.deletion_grace_seconds before (Meta's listings can lag behind a
 -- comment just made, such as our own reply).
 local VANISHED_SQL = [[
-  SELECT platform_comment_id FROM comments
-   WHERE post_target_id = $1 AND company_id = $5 AND NOT is_deleted
-     AND first_seen_at < to_timestamp($2::float8) - make_interval(secs => $3)
-     AND platform_comment_id NOT IN (SELECT jsonb_array_elements_text($4::jsonb))]]
+  WITH pass AS (SELECT pass_started_at FROM comment_sync WHERE post_target_id = $1),
+  forgotten AS (DELETE FROM comment_sync_seen WHERE post_target_id = $1)
+  SELECT c.platform_comment_id FROM comments c, pass
+   WHERE c.post_target_id = $1 AND c.company_id = $3 AND NOT c.is_deleted
+     AND c.first_seen_at < pass.pass_started_at - make_interval(secs => $2)
+     AND NOT EXISTS (SELECT 1 FROM comment_sync_seen s
+                      WHERE s.post_target_id = $1 AND s.platform_comment_id = c.platform_comment_id)]]
 
-local function vanished(ctx, row, seen)
-  local ids = {}
-  for id in pairs(seen) do ids[#ids + 1] = id end
-  local rows = assert(db.query(VANISHED_SQL, row.id, row.checked_at, config.get("sync.deletion_grace_seconds"),
-    json.encode(json.array(ids)), row.company_id))
+local function vanished(ctx, row)
+  local rows = assert(db.query(VANISHED_SQL, row.id, config.get("sync.deletion_grace_seconds"), row.company_id))
   local out = {}
   for i, r in ipairs(rows) do
     out[i] = { social_account_id = ctx.account.id, platform = ctx.account.platform,
@@ -90,9 +105,12 @@ end
 -- account, "account" or "app" when usage or an error says to stop.
 local function sync_target(adapter, account, row, deadline_ms)
   local cursor = row.cursor
-  -- Platform ids seen by a pass that began at the first page; nil once the
-  -- pass cannot be complete.
-  local seen = not cursor and {} or nil
+  -- Whether the pass can still conclude which comments are gone.
+  local whole = row.pass_whole
+  if not cursor then
+    assert(db.exec(START_PASS_SQL, row.id, row.checked_at))
+    whole = true
+  end
   for _ = 1, config.get("sync.max_pages_per_target") do
     local version, rank = versions.fetched(clock.now())
     local ctx = { account = account, target = { id = row.id, platform_post_id = row.platform_post_id },
@@ -108,19 +126,23 @@ local function sync_target(adapter, account, row, deadline_ms)
       if usage.app > M.USAGE_LIMIT then return "app" end
       return not target_only and "account" or nil
     end
-    if page.partial then seen = nil end
-    for _, o in ipairs(seen and page.observations or {}) do seen[o.platform_comment_id] = true end
+    if page.partial then whole = false end
     db.transaction(function()
       local observations = page.observations
-      if seen and page.cursor == nil then
-        local gone = vanished(ctx, row, seen)
-        if #gone > 0 then
-          log.info("comment_sync_vanished", { targetId = row.id, comments = #gone })
-          observations = table.move(gone, 1, #gone, #observations + 1, table.move(observations, 1, #observations, 1, {}))
+      if whole then
+        local ids = {}
+        for i, o in ipairs(observations) do ids[i] = o.platform_comment_id end
+        assert(db.exec(SEEN_SQL, row.id, json.encode(json.array(ids))))
+        if page.cursor == nil then
+          local gone = vanished(ctx, row)
+          if #gone > 0 then
+            log.info("comment_sync_vanished", { targetId = row.id, comments = #gone })
+            observations = table.move(gone, 1, #gone, #observations + 1, table.move(observations, 1, #observations, 1, {}))
+          end
         end
       end
       comments.announce(comments.apply(observations))
-      save(row.id, page.cursor, page.cursor == nil, nil)
+      save(row.id, page.cursor, page.cursor == nil, nil, whole)
     end)
     cursor = page.cursor
     if usage.app > M.USAGE_LIMIT or clock.mono_ms() > deadline_ms then return "app" end

@@ -325,6 +325,36 @@ describe("comment sync", function()
     assert.is_true(t.get(victim_id).isDeleted, "the next complete pass concludes")
   end)
 
+  it("concludes a pass that took several runs, once it has read the last page", function()
+    local t = comment_stack.live_tenant(env, "Slow Pass Co")
+    local post, busy = t.publish_text("A post read over two runs")
+    local crowd = {}
+    for i = 1, 201 do crowd[i] = missed(t, { post_id = busy.platformPostId, message = "Crowd " .. i }) end
+    sync()
+    local victims = { crowd[3], crowd[200] }
+    local ids = {}
+    for i, v in ipairs(victims) do
+      ids[i] = t.comment(post, v.id, 1).id
+      -- Deleted on Facebook without a webhook: only a whole pass can tell.
+      fake.control("POST", "comments/" .. v.id .. "/remove", { deliver = false })
+    end
+    local function reads() return graph_gets("/" .. busy.platformPostId .. "/comments") end
+    -- 199 comments left: two pages of 100. Meta reports the account near its
+    -- limit: the run reads one page and stops; the pass goes on from its
+    -- cursor at the next run.
+    fake.config({ buc_usage_min = 85 })
+    local before = reads()
+    sync()
+    assert.are.equal(before + 1, reads(), "one page read")
+    for _, id in ipairs(ids) do assert.is_false(t.get(id).isDeleted, "concluded before the last page") end
+    fake.config({ buc_usage_min = 0 })
+    sync()
+    assert.are.equal(before + 2, reads(), "the pass went on at its second page")
+    for _, id in ipairs(ids) do assert.is_true(t.get(id).isDeleted, "the pass over two runs concludes") end
+    assert.is_false(t.get(t.comment(post, crowd[100].id, 1).id).isDeleted)
+    assert.are.equal(0, env.count("SELECT count(*) FROM comment_sync_seen WHERE post_target_id = '" .. busy.id .. "'"))
+  end)
+
   it("goes on with the other accounts when one fails", function()
     local broken = comment_stack.live_tenant(env, "Broken Co")
     local fine = comment_stack.live_tenant(env, "Fine Co")

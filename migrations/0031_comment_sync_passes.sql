@@ -1,0 +1,14 @@
+-- A sync pass over a target's comments may take several runs (a post with
+-- more pages than sync.max_pages_per_target, Meta's usage, the run's time):
+-- what it has seen so far is kept here, so that a pass that reached the last
+-- page, every page whole, concludes which comments are gone from the
+-- platform however many runs it took (lib/comment_sync.lua).
+ALTER TABLE comment_sync
+  ADD COLUMN pass_started_at timestamptz,          -- when the pass read its first page
+  ADD COLUMN pass_whole boolean NOT NULL DEFAULT false;  -- every page so far listed all it covers
+
+CREATE TABLE comment_sync_seen (
+  post_target_id       text NOT NULL REFERENCES comment_sync (post_target_id) ON DELETE CASCADE,
+  platform_comment_id  text NOT NULL,
+  PRIMARY KEY (post_target_id, platform_comment_id)
+);
