@@ -15,7 +15,11 @@ local OBJECTS = {
   instagram = { platform = "instagram", field = "comments" },
 }
 
-local VERBS = { add = true, edited = true, remove = true, hide = true, unhide = true }
+-- The verbs of comment changes, by the name they are handled under: Meta's
+-- enum also lists "edit" and "delete" beside the "edited" and "remove" that
+-- deliveries are seen to carry, so both spellings are taken.
+local VERBS = { add = "add", edited = "edited", edit = "edited", remove = "remove", delete = "remove",
+  hide = "hide", unhide = "unhide" }
 
 local function str(v)
   if type(v) == "string" and v ~= "" then return v end
@@ -33,8 +37,8 @@ end
 -- Page feed change -> observation fields, or nil and why it was skipped.
 local function page_change(value, entry_id, entry_time)
   if value.item ~= "comment" then return nil, "item " .. tostring(value.item) .. " is not a comment" end
-  local verb = value.verb
-  if not VERBS[verb] then return nil, "unknown verb " .. tostring(verb) end
+  local verb = VERBS[value.verb]
+  if not verb then return nil, "unknown verb " .. tostring(value.verb) end
   local comment_id, post_id = str(value.comment_id), str(value.post_id)
   if not comment_id then return nil, "missing comment_id" end
   if not post_id then return nil, "missing post_id" end

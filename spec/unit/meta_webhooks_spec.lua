@@ -76,6 +76,13 @@ describe("meta_webhooks.normalize", function()
     assert.is_false(unhidden.is_hidden)
   end)
 
+  it("takes the other spellings of Meta's verb enum: edit as edited, delete as remove", function()
+    local function at(verb) return one(feed({ verb = verb, comment_id = "c3", created_time = 1742667700, message = "y" })) end
+    assert.are.same(at("edited"), at("edit"))
+    assert.are.same(at("remove"), at("delete"))
+    assert.is_true(at("delete").is_deleted)
+  end)
+
   it("ranks the changes of one second: add, then edited, hide or unhide, then remove", function()
     local function at(verb) return one(feed({ verb = verb, comment_id = "c2", created_time = 1742667700, message = "x" })) end
     local add, edited, hide, unhide, remove = at("add"), at("edited"), at("hide"), at("unhide"), at("remove")
