@@ -7,8 +7,17 @@ local subscriptions = require "meta_subscriptions"
 local M = {}
 
 local PLATFORMS = { facebook = "Facebook Page", instagram = "Instagram" }
-local REASONS = { token_expired = "Facebook no longer accepts this account's access token.",
-  permission_missing = "A permission sgw needs was removed on Facebook." }
+local REASONS = {
+  token_expired = "Facebook no longer accepts this account's access token. Connect it again to go on publishing.",
+  permission_missing = "A permission sgw needs was removed on Facebook. Connect it again to go on publishing.",
+}
+-- Meta's subcode 492: the person who connected the account lost their role on
+-- the Page. A new token of theirs fails the same way until a Page admin gives
+-- the role back, so connecting again alone does not help.
+local REASONS_BY_PLATFORM_CODE = {
+  ["190/492"] = "The Facebook user who connected this account no longer has a role on its Page. "
+    .. "A Page admin must give that role back (or someone with a role must connect it) before publishing can go on.",
+}
 
 local COLUMNS = "id, platform, name, username, environment, status, status_reason, "
   .. web.when("connected_at", "connected_at") .. ", " .. web.when("disconnected_at", "disconnected_at")
@@ -19,7 +28,8 @@ local function present(row)
   row.connected = row.active or row.status == "reconnect_required"
   -- Meta's own words too: they often say what happened (password changed, app removed).
   local reason = row.status == "reconnect_required" and type(row.status_reason) == "table" and row.status_reason
-  row.reconnect = reason and { why = REASONS[reason.code] or reason.code, meta = reason.message } or nil
+  row.reconnect = reason and { why = REASONS_BY_PLATFORM_CODE[reason.platformCode] or REASONS[reason.code] or reason.code,
+    meta = reason.message } or nil
   -- Instagram accounts are named by their username: no need to say it twice.
   row.handle = row.username ~= row.name and row.username or nil
   return row

@@ -420,6 +420,12 @@ describe("the workspace", function()
   it("shows an account Meta refused, with why, and reconnects it through the dialog", function()
     -- As token health leaves an account whose token Meta refused (its path is
     -- the token_health spec's); here: what the person sees and does.
+    -- A lost Page role (190/492) is for a Page admin to mend, not a reconnect.
+    stack.psql(sgw.database_url, [[UPDATE social_accounts SET status = 'reconnect_required', status_since = now(),
+        status_reason = '{"code":"token_expired","message":"The user is not an admin of the Page.","platformCode":"190/492"}'
+      WHERE id = ']] .. a.facebook .. "'")
+    page("/workspace/connections?env=live")
+    assert.matches("A Page admin must give that role back", text("tr[data-account='" .. a.facebook .. "']"), 1, true)
     stack.psql(sgw.database_url, [[UPDATE social_accounts SET status = 'reconnect_required', status_since = now(),
         status_reason = '{"code":"token_expired","message":"Error validating access token: Session has expired.","platformCode":"190/463"}'
       WHERE id = ']] .. a.facebook .. "'")
@@ -427,6 +433,7 @@ describe("the workspace", function()
     local row = text("tr[data-account='" .. a.facebook .. "']")
     assert.matches("reconnect_required", row)
     assert.matches("Session has expired", row)
+    assert.matches("Connect it again to go on publishing", row, 1, true)
     shot("connections-reconnect")
     b:click("tr[data-account='" .. a.facebook .. "'] a.reconnect")
     b:wait_for("#continue")
