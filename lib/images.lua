@@ -1,8 +1,13 @@
 -- What an uploaded image is, and how large, from its bytes alone (CONTRACT 6
 -- "Upload"): a declared Content-Type, file name or extension is never trusted.
 --
---   images.sniff(bytes[, max_dimension]) -> { mime_type, width, height }
+--   images.sniff(bytes[, max_dimension]) -> { mime_type, width, height, jpeg_variant }
 --                                         | nil, "unsupported" | "invalid_image", message
+--
+-- jpeg_variant: "mpo" for a multi-picture JPEG (an APP2 "MPF" segment, as
+-- some cameras write), "jps" for a stereo JPEG (APP3 "_JPSJPS_"), nil for a
+-- plain JPEG or another type. Both are JPEG to a browser, but not to
+-- Instagram, which takes only plain JPEG.
 --
 -- "unsupported" (415): not JPEG, PNG, GIF or WebP. "invalid_image" (422): one
 -- of them, but with a corrupt or truncated structure, or a side of 0 px or
@@ -43,8 +48,10 @@ end
 -- end-of-image marker (inside it 0xFF is always followed by 0x00 or a
 -- restart marker, so the first FF D9 is the real one), which is what tells a
 -- truncated file.
+local VARIANT_SEGMENTS = { [0xE2] = { "MPF\0", "mpo" }, [0xE3] = { "_JPSJPS_", "jps" } }
+
 local function jpeg(data)
-  local pos, width, height = 3, nil, nil
+  local pos, width, height, variant = 3, nil, nil, nil
   for _ = 1, M.MAX_STEPS do
     if byte(data, pos) ~= 0xFF then
       if pos > #data then return invalid("The JPEG ends before its first scan (truncated).") end
@@ -64,6 +71,10 @@ local function jpeg(data)
       if length < 2 then return invalid("The JPEG has a segment of impossible length " .. length .. ".") end
       local body, after = pos + 2, pos + length
       if after - 1 > #data then return invalid("A JPEG segment runs past the end of the data (truncated).") end
+      local tag = VARIANT_SEGMENTS[marker]
+      if tag and sub(data, body, body + #tag[1] - 1) == tag[1] and after - body >= #tag[1] then
+        variant = variant or tag[2]
+      end
       if SOF[marker] then
         if width then return invalid("The JPEG has more than one frame header.") end
         if length < 8 then return invalid("The JPEG frame header is too short.") end
@@ -77,7 +88,7 @@ local function jpeg(data)
         if not find(data, "\255\217", after, true) then
           return invalid("The JPEG has no end-of-image marker (truncated).")
         end
-        return { mime_type = "image/jpeg", width = width, height = height }
+        return { mime_type = "image/jpeg", width = width, height = height, jpeg_variant = variant }
       end
       pos = after
     end

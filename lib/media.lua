@@ -48,12 +48,12 @@ function M.verify(upload_id, exp, sig)
   return true, left
 end
 
-local COLUMNS = [[id, mime_type, size_bytes, width, height, sha256,
+local COLUMNS = [[id, mime_type, jpeg_variant, size_bytes, width, height, sha256,
   to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') AS created_at]]
 M.COLUMNS = COLUMNS
 
 -- An upload of the caller's company and environment, without its bytes:
--- {id, mime_type, size_bytes, width, height, sha256, created_at}, or nil
+-- {id, mime_type, jpeg_variant, size_bytes, width, height, sha256, created_at}, or nil
 -- (unknown, or another company's or environment's: the caller says 404).
 -- client is ctx.client. Raises when PostgreSQL fails.
 function M.find_upload(client, upload_id)

@@ -8,7 +8,7 @@
 --   env.now                unix seconds (float)
 --   env.find_account(id)   {id, platform, status} or nil, already limited to the
 --                          caller's company and environment
---   env.find_upload(id)    {id, mime_type, size_bytes, width, height} or nil, likewise
+--   env.find_upload(id)    {id, mime_type, jpeg_variant, size_bytes, width, height} or nil, likewise
 --   env.max_schedule_days  publishing.max_schedule_days
 --   env.fetch_image(url)   {mime_type, size_bytes, width, height} or nil, code, message
 --                          (lib/image_url.lua); called at most once, for an https
@@ -364,7 +364,7 @@ local function check_media(ctx, body, ctype)
     return nil
   end
   return { upload_id = id, mime_type = upload.mime_type, size_bytes = upload.size_bytes, width = upload.width,
-    height = upload.height }
+    height = upload.height, jpeg_variant = upload.jpeg_variant }
 end
 
 -- An image post has exactly one image: content.imageUrl or media[0]. `body` tells what
@@ -399,14 +399,20 @@ end
 M.count_hashtags = function(s) return count_tags(s, "#", "%w_\128-\255") end
 M.count_mentions = function(s) return count_tags(s, "@", "%w_") end
 
--- What Instagram refuses in an image {mime_type, size_bytes, width, height}:
--- a list of {code, message}, each message naming the rule and the measured value.
+local JPEG_VARIANTS = { mpo = "a multi-picture JPEG (MPO)", jps = "a stereo JPEG (JPS)" }
+
+-- What Instagram refuses in an image {mime_type, jpeg_variant, size_bytes,
+-- width, height}: a list of {code, message}, each message naming the rule and
+-- the measured value.
 function M.instagram_image_problems(image)
   local limits, out = LIMITS.instagram, {}
   local function add(code, message) out[#out + 1] = { code = code, message = message } end
   if image.mime_type ~= "image/jpeg" then
     add("image_not_jpeg", ("Instagram accepts only JPEG images and this image is %s; use a JPEG.")
       :format(tostring(image.mime_type)))
+  elseif JPEG_VARIANTS[image.jpeg_variant] then
+    add("image_not_jpeg", ("Instagram accepts only plain JPEG images and this image is %s; save it as a "
+      .. "single plain JPEG."):format(JPEG_VARIANTS[image.jpeg_variant]))
   end
   if image.size_bytes and image.size_bytes > limits.image_bytes then
     add("image_too_large", ("The image has %d bytes (%.1f MiB), more than Instagram's 8 MiB (%d bytes).")

@@ -9,8 +9,8 @@ local multipart = require "multipart"
 local media = require "media"
 
 local INSERT = [[INSERT INTO uploads
-    (id, company_id, environment, client_id, mime_type, size_bytes, width, height, sha256)
-  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+    (id, company_id, environment, client_id, mime_type, size_bytes, width, height, sha256, jpeg_variant)
+  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
   RETURNING ]] .. media.COLUMNS
 
 return function(req, ctx)
@@ -46,7 +46,7 @@ return function(req, ctx)
   db.transaction(function()
     media.reserve_quota(c.company_id, #bytes)
     row = assert(db.query(INSERT, "upl_" .. crypto.random_token(24), c.company_id, c.environment, c.client_id,
-      image.mime_type, #bytes, image.width, image.height, crypto.sha256_hex(bytes)))[1]
+      image.mime_type, #bytes, image.width, image.height, crypto.sha256_hex(bytes), image.jpeg_variant))[1]
     assert(db.exec("INSERT INTO upload_bytes (upload_id, data) VALUES ($1, decode($2, 'base64'))",
       row.id, crypto.base64_encode(bytes)))
   end)

@@ -94,6 +94,7 @@ describe("Instagram image URLs", function()
     local cases = {
       { "image.png?w=640&h=640", "image_not_jpeg", "image/png" },
       { "not-an-image.txt", "image_not_jpeg", "not a JPEG" },
+      { "multi-picture.jpg", "image_not_jpeg", "this image is a multi-picture JPEG (MPO)" },
       -- Fetched whole (uploads.max_bytes is raised), so measured exactly.
       { "image.jpg?w=640&h=640&bytes=8388700", "image_too_large", "The image has 8388700 bytes (8.0 MiB)" },
       -- Past uploads.max_bytes the download stops.

@@ -131,6 +131,15 @@ describe("uploads", function()
     assert.are.equal(u.sha256 .. " test", row)
   end)
 
+  it("keeps that a JPEG is a multi-picture (MPO) one, which Instagram refuses, and says nothing of it to the client", function()
+    local mpo = img.jpeg(1080, 1080, { app = img.jpeg_segment(0xE2, "MPF\0MM\0\42\0\0\0\8") }) .. "second picture"
+    local u = created(mpo, "image/jpeg")
+    assert.are.equal("image/jpeg", u.mimeType)
+    assert.is_nil(u.jpegVariant)
+    assert.are.equal("mpo", probe(u.uploadId).upload.jpeg_variant)
+    assert.is_nil(probe(created(img.jpeg(1080, 1080), "image/jpeg").uploadId).upload.jpeg_variant)
+  end)
+
   it("takes any declared type, or none, for raw bytes", function()
     assert.are.equal("image/webp", created(img.webp_vp8l(10, 20), "application/octet-stream").mimeType)
     assert.are.equal("image/gif", created(img.gif(3, 4), nil).mimeType)

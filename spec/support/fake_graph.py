@@ -1425,7 +1425,7 @@ def asset(name, params):
     """Images for specs to publish by URL: tiny.jpg, tiny.png, wide.jpg (3:1,
     refused by Instagram), large.jpg (5 MiB: too big for a Page photo),
     huge.jpg (9 MiB: too big for Instagram), image.jpg / image.png with w, h
-    and bytes (padded size), not-an-image.txt."""
+    and bytes (padded size), multi-picture.jpg (an MPO, 640x640), not-an-image.txt."""
     def num(key, default, hi):
         try:
             return max(1, min(hi, int(params.get(key, default))))
@@ -1442,6 +1442,12 @@ def asset(name, params):
         pad = num("bytes", 1, 20 * 1024 * 1024)
     elif name == "not-an-image.txt":
         return "text/plain; charset=utf-8", b"this is not an image\n"
+    elif name == "multi-picture.jpg":
+        # A multi-picture JPEG (MPO), as some cameras write: an APP2 "MPF"
+        # segment (and, in a real one, more pictures after the first).
+        first = make_jpeg(640, 640)
+        mpf = b"MPF\x00MM\x00\x2a\x00\x00\x00\x08"
+        return "image/jpeg", first[:2] + b"\xff\xe2" + struct.pack(">H", len(mpf) + 2) + mpf + first[2:]
     else:
         return None
     if ext == "jpg":

@@ -6,10 +6,10 @@ local img = require "image_fixtures"
 
 local pack = string.pack
 
-local function accepted(data, mime, w, h)
+local function accepted(data, mime, w, h, variant)
   local info, kind, message = images.sniff(data)
   assert.is_table(info, tostring(kind) .. ": " .. tostring(message))
-  assert.are.same({ mime_type = mime, width = w, height = h }, info)
+  assert.are.same({ mime_type = mime, width = w, height = h, jpeg_variant = variant }, info)
 end
 
 local function refused(data, expected_kind)
@@ -46,6 +46,16 @@ describe("images.sniff", function()
       accepted(img.jpeg(1080, 1350, { app = exif .. "\255\255\255" .. img.jpeg_segment(0xFE, "comment") }),
         "image/jpeg", 1080, 1350)
       accepted(img.jpeg(5, 5, { app = "\255\208" }), "image/jpeg", 5, 5)
+    end)
+
+    it("multi-picture (MPO) and stereo (JPS) JPEGs as JPEG, saying which", function()
+      local mpf = img.jpeg_segment(0xE2, "MPF\0MM\0\42\0\0\0\8")
+      accepted(img.jpeg(640, 480, { app = img.jpeg_segment(0xE1, "Exif\0\0") .. mpf }) .. "second picture",
+        "image/jpeg", 640, 480, "mpo")
+      accepted(img.jpeg(1280, 480, { app = img.jpeg_segment(0xE3, "_JPSJPS_\0\14") }), "image/jpeg", 1280, 480, "jps")
+      -- An ICC profile is APP2 too: still a plain JPEG.
+      accepted(img.jpeg(64, 48, { app = img.jpeg_segment(0xE2, "ICC_PROFILE\0\1\1") }), "image/jpeg", 64, 48)
+      accepted(img.jpeg(64, 48, { app = img.jpeg_segment(0xE2, "MPF") }), "image/jpeg", 64, 48)
     end)
 
     it("JPEG with bytes after the end-of-image marker (camera trailers)", function()

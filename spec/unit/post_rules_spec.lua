@@ -18,6 +18,7 @@ end
 local UPLOADS = {
   upl_jpg = { id = "upl_jpg", mime_type = "image/jpeg", size_bytes = 1000, width = 1080, height = 1080 },
   upl_png = { id = "upl_png", mime_type = "image/png", size_bytes = 1000, width = 1080, height = 1080 },
+  upl_mpo = { id = "upl_mpo", mime_type = "image/jpeg", jpeg_variant = "mpo", size_bytes = 1000, width = 1080, height = 1080 },
   upl_big = { id = "upl_big", mime_type = "image/jpeg", size_bytes = 8 * 1048576 + 1, width = 1080, height = 1080 },
   upl_tall = { id = "upl_tall", mime_type = "image/jpeg", size_bytes = 1000, width = 500, height = 1000 },
   upl_wide = { id = "upl_wide", mime_type = "image/jpeg", size_bytes = 1000, width = 1920, height = 1000 },
@@ -488,6 +489,11 @@ describe("post_rules.validate", function()
       expect(ig_image({ type = "image" }, { { source = "upload", uploadId = "upl_png" } }),
         { "/media/0/uploadId image_not_jpeg" })
       ok(ig_image({ type = "image" }, { { source = "upload", uploadId = "upl_jpg" } }))
+      -- A multi-picture JPEG is image/jpeg, but not what Instagram takes.
+      local _, errors = post_rules.validate(ig_image({ type = "image" }, { { source = "upload", uploadId = "upl_mpo" } }), env())
+      assert.are.equal(1, #errors)
+      assert.are.equal("image_not_jpeg", errors[1].code)
+      assert.matches("multi-picture JPEG (MPO)", errors[1].message, 1, true)
     end)
 
     it("check an upload's size, aspect ratio and width, naming the measured value", function()
