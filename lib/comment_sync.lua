@@ -44,32 +44,46 @@ local TAKE_SQL = [[
   ), taken AS (
     INSERT INTO comment_sync (post_target_id, checked_at) SELECT id, now() FROM due
     ON CONFLICT (post_target_id) DO UPDATE SET checked_at = now(), updated_at = now()
-    RETURNING post_target_id, cursor, checked_at, pass_whole
+    RETURNING post_target_id, cursor, checked_at, pass_id, pass_cursor, pass_whole
   )
   SELECT t.id, t.platform_post_id, taken.cursor, extract(epoch FROM taken.checked_at)::float8 AS checked_at,
-         taken.pass_whole,
+         taken.pass_id, taken.pass_cursor, taken.pass_whole,
          a.id AS account_id, a.platform, a.platform_account_id, a.access_token_enc, a.environment, a.company_id,
          a.name, a.username
     FROM taken JOIN post_targets t ON t.id = taken.post_target_id JOIN social_accounts a ON a.id = t.social_account_id
    ORDER BY t.published_at DESC]]
 
--- cursor nil: the pass is complete (or must start over). whole: every page
--- of the pass so far listed all it covers.
-local function save(target_id, cursor, complete, err, whole)
-  assert(db.exec([[UPDATE comment_sync SET cursor = $2, synced_at = CASE WHEN $3 THEN now() ELSE synced_at END,
-      error = $4, pass_whole = coalesce($5, pass_whole), updated_at = now() WHERE post_target_id = $1]],
-    target_id, cursor, complete, err, whole))
+-- Where the target stands after a read that began at cursor `from`: nothing
+-- is written when another run has moved the target on meanwhile. cursor nil:
+-- the pass is complete (or must start over).
+local function save(target_id, from, cursor, complete, err)
+  assert(db.exec([[UPDATE comment_sync SET cursor = $3, synced_at = CASE WHEN $4 THEN now() ELSE synced_at END,
+      error = $5, updated_at = now() WHERE post_target_id = $1 AND cursor IS NOT DISTINCT FROM $2]],
+    target_id, from, cursor, complete, err))
 end
 
--- A pass begins at the first page: nothing seen yet.
+-- A pass begins at the first page, with nothing seen yet; unless another run
+-- has begun one and moved on meanwhile.
 local START_PASS_SQL = [[
   WITH forgotten AS (DELETE FROM comment_sync_seen WHERE post_target_id = $1)
-  UPDATE comment_sync SET pass_started_at = to_timestamp($2::float8), pass_whole = true WHERE post_target_id = $1]]
+  UPDATE comment_sync SET pass_id = $3, pass_started_at = to_timestamp($2::float8), pass_cursor = NULL,
+         pass_whole = true
+   WHERE post_target_id = $1 AND cursor IS NULL RETURNING post_target_id]]
+
+-- Inside a page's transaction: the target as it stands, locked, so that the
+-- run that finds it where it left it is the only one to move it on.
+local OWNER_SQL = "SELECT cursor, pass_id FROM comment_sync WHERE post_target_id = $1 FOR UPDATE"
+
+-- The pass after a page: the cursor it saved, and whether it can still
+-- conclude. A pass that reached the last page keeps no id, so nothing can go
+-- on with it.
+local PASS_SQL = [[UPDATE comment_sync SET pass_cursor = $2, pass_whole = $3,
+    pass_id = CASE WHEN $2::text IS NOT NULL THEN pass_id END WHERE post_target_id = $1]]
 
 -- The ids a page of the pass listed.
 local SEEN_SQL = [[
-  INSERT INTO comment_sync_seen (post_target_id, platform_comment_id)
-  SELECT $1, jsonb_array_elements_text($2::jsonb) ON CONFLICT DO NOTHING]]
+  INSERT INTO comment_sync_seen (post_target_id, pass_id, platform_comment_id)
+  SELECT $1, $2, jsonb_array_elements_text($3::jsonb) ON CONFLICT DO NOTHING]]
 
 -- Errors about one target (its post is gone, a cursor expired): the account's
 -- other targets go on. Any other class concerns the account or the platform.
@@ -88,10 +102,10 @@ local VANISHED_SQL = [[
    WHERE c.post_target_id = $1 AND c.company_id = $3 AND NOT c.is_deleted
      AND c.first_seen_at < pass.pass_started_at - make_interval(secs => $2)
      AND NOT EXISTS (SELECT 1 FROM comment_sync_seen s
-                      WHERE s.post_target_id = $1 AND s.platform_comment_id = c.platform_comment_id)]]
+                      WHERE s.post_target_id = $1 AND s.pass_id = $4 AND s.platform_comment_id = c.platform_comment_id)]]
 
-local function vanished(ctx, row)
-  local rows = assert(db.query(VANISHED_SQL, row.id, config.get("sync.deletion_grace_seconds"), row.company_id))
+local function vanished(ctx, row, pass)
+  local rows = assert(db.query(VANISHED_SQL, row.id, config.get("sync.deletion_grace_seconds"), row.company_id, pass))
   local out = {}
   for i, r in ipairs(rows) do
     out[i] = { social_account_id = ctx.account.id, platform = ctx.account.platform,
@@ -105,11 +119,15 @@ end
 -- account, "account" or "app" when usage or an error says to stop.
 local function sync_target(adapter, account, row, deadline_ms)
   local cursor = row.cursor
-  -- Whether the pass can still conclude which comments are gone.
-  local whole = row.pass_whole
+  -- The pass this run goes on with, and whether it can still conclude which
+  -- comments are gone: only if every page so far was read by a run that kept
+  -- what it saw (the cursor is the one the pass saved; an older sgw's run
+  -- leaves another) and was whole.
+  local pass, whole = row.pass_id, row.pass_whole and row.pass_id ~= nil and row.pass_cursor == cursor
   if not cursor then
-    assert(db.exec(START_PASS_SQL, row.id, row.checked_at))
-    whole = true
+    pass, whole = crypto.random_token(16), true
+    -- Another run has begun a pass and moved on: the target is that run's.
+    if #assert(db.query(START_PASS_SQL, row.id, row.checked_at, pass)) == 0 then return nil end
   end
   for _ = 1, config.get("sync.max_pages_per_target") do
     local version, rank = versions.fetched(clock.now())
@@ -122,19 +140,24 @@ local function sync_target(adapter, account, row, deadline_ms)
         platformCode = err.platform_code, error = err.message })
       local target_only = TARGET_ERRORS[err.code]
       if token_health.applies(err) then token_health.mark(account.id, err) end
-      save(row.id, not target_only and cursor or nil, false, err.message)
-      if usage.app > M.USAGE_LIMIT then return "app" end
+      save(row.id, cursor, not target_only and cursor or nil, false, err.message)
+      -- Meta throttles the whole app: no other account's call would go out either.
+      if usage.app > M.USAGE_LIMIT or (err.paused and err.throttle == "app") then return "app" end
       return not target_only and "account" or nil
     end
     if page.partial then whole = false end
+    local ours
     db.transaction(function()
       local observations = page.observations
-      if whole then
+      local now = assert(db.query(OWNER_SQL, row.id))[1]
+      ours = now ~= nil and now.cursor == cursor and now.pass_id == pass
+      -- What the page shows is applied whoever moves the target on.
+      if ours and whole then
         local ids = {}
         for i, o in ipairs(observations) do ids[i] = o.platform_comment_id end
-        assert(db.exec(SEEN_SQL, row.id, json.encode(json.array(ids))))
+        assert(db.exec(SEEN_SQL, row.id, pass, json.encode(json.array(ids))))
         if page.cursor == nil then
-          local gone = vanished(ctx, row)
+          local gone = vanished(ctx, row, pass)
           if #gone > 0 then
             log.info("comment_sync_vanished", { targetId = row.id, comments = #gone })
             observations = table.move(gone, 1, #gone, #observations + 1, table.move(observations, 1, #observations, 1, {}))
@@ -142,8 +165,13 @@ local function sync_target(adapter, account, row, deadline_ms)
         end
       end
       comments.announce(comments.apply(observations))
-      save(row.id, page.cursor, page.cursor == nil, nil, whole)
+      if ours then
+        save(row.id, cursor, page.cursor, page.cursor == nil, nil)
+        assert(db.exec(PASS_SQL, row.id, page.cursor, whole))
+      end
     end)
+    -- Another run took the target up meanwhile and has moved on: it is that run's.
+    if not ours then return nil end
     cursor = page.cursor
     if usage.app > M.USAGE_LIMIT or clock.mono_ms() > deadline_ms then return "app" end
     if usage.account > M.USAGE_LIMIT then return "account" end

@@ -2,7 +2,7 @@
 -- created so that Meta's image rules are checked on the real bytes before Meta sees
 -- them (CONTRACT 11): what Instagram would refuse minutes later is a 422 now.
 --
---   image_url.fetch(url) -> { mime_type, size_bytes, width, height }
+--   image_url.fetch(url) -> { mime_type, jpeg_variant, size_bytes, width, height }
 --                         | nil, code, message      (a field code and a safe message)
 --
 -- The URL comes from a client, so the fetch is fenced in: https only, every hop; at

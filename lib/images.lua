@@ -4,10 +4,10 @@
 --   images.sniff(bytes[, max_dimension]) -> { mime_type, width, height, jpeg_variant }
 --                                         | nil, "unsupported" | "invalid_image", message
 --
--- jpeg_variant: "mpo" for a multi-picture JPEG (an APP2 "MPF" segment, as
--- some cameras write), "jps" for a stereo JPEG (APP3 "_JPSJPS_"), nil for a
--- plain JPEG or another type. Both are JPEG to a browser, but not to
--- Instagram, which takes only plain JPEG.
+-- jpeg_variant: "mpo" for a multi-picture JPEG (an APP2 "MPF" segment that
+-- lists multi-frame images, as 3D and panorama cameras write), "jps" for a
+-- stereo JPEG (APP3 "_JPSJPS_"), nil for a plain JPEG or another type. Both
+-- are JPEG to a browser, but not to Instagram, which takes only plain JPEG.
 --
 -- "unsupported" (415): not JPEG, PNG, GIF or WebP. "invalid_image" (422): one
 -- of them, but with a corrupt or truncated structure, or a side of 0 px or
@@ -43,13 +43,42 @@ for _, m in ipairs { 0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB,
   SOF[m] = true
 end
 
+-- Whether an APP2 "MPF" segment's payload (after "MPF\0") lists a
+-- multi-frame image (CIPA DC-007 MP type 0x02xxxx: panorama, disparity,
+-- multi-angle), which is what makes an MPO. Phones' Ultra HDR gain maps and
+-- cameras' large preview images are MPF entries too, of other types: such a
+-- JPEG shows as one picture, and is not refused. A payload that cannot be
+-- read says nothing.
+local function mpf_multi_frame(p)
+  local order = ({ II = "<", MM = ">" })[sub(p, 1, 2)]
+  if not order or read(p, order .. "I2", 3, 2) ~= 42 then return false end
+  local ifd = read(p, order .. "I4", 5, 4)
+  local count = ifd and read(p, order .. "I2", ifd + 1, 2)
+  for i = 0, math.min(count or 0, 64) - 1 do
+    local at = ifd + 3 + 12 * i
+    if read(p, order .. "I2", at, 2) == 0xB002 then -- MP Entry: 16 bytes an image
+      local size, offset = read(p, order .. "I4", at + 4, 4), read(p, order .. "I4", at + 8, 4)
+      for j = 0, math.min((size or 0) // 16, 64) - 1 do
+        local attribute = read(p, order .. "I4", offset + 1 + 16 * j, 4)
+        if attribute and (attribute & 0xFF0000) == 0x020000 then return true end
+      end
+    end
+  end
+  return false
+end
+
+-- Segments that make a JPEG one Instagram refuses: prefix, variant, and a
+-- test of the payload after the prefix (none: the prefix says it all).
+local VARIANT_SEGMENTS = {
+  [0xE2] = { "MPF\0", "mpo", mpf_multi_frame },
+  [0xE3] = { "_JPSJPS_", "jps" },
+}
+
 -- Walks the marker segments by their lengths to the frame header (SOF) and on
 -- to the first scan (SOS); the entropy-coded data after it must end with an
 -- end-of-image marker (inside it 0xFF is always followed by 0x00 or a
 -- restart marker, so the first FF D9 is the real one), which is what tells a
 -- truncated file.
-local VARIANT_SEGMENTS = { [0xE2] = { "MPF\0", "mpo" }, [0xE3] = { "_JPSJPS_", "jps" } }
-
 local function jpeg(data)
   local pos, width, height, variant = 3, nil, nil, nil
   for _ = 1, M.MAX_STEPS do
@@ -72,8 +101,9 @@ local function jpeg(data)
       local body, after = pos + 2, pos + length
       if after - 1 > #data then return invalid("A JPEG segment runs past the end of the data (truncated).") end
       local tag = VARIANT_SEGMENTS[marker]
-      if tag and sub(data, body, body + #tag[1] - 1) == tag[1] and after - body >= #tag[1] then
-        variant = variant or tag[2]
+      if tag and not variant and after - body >= #tag[1] and sub(data, body, body + #tag[1] - 1) == tag[1]
+          and (not tag[3] or tag[3](sub(data, body + #tag[1], after - 1))) then
+        variant = tag[2]
       end
       if SOF[marker] then
         if width then return invalid("The JPEG has more than one frame header.") end

@@ -228,6 +228,9 @@ local function settle(row, payload, outcome, attempts)
     return { retry_in = retry.delay(attempts, { retry_after = outcome.error and outcome.error.retry_after }) }
   end
   local e = outcome.error or { code = "platform_unavailable", message = "No answer from the platform." }
+  -- A wait while Meta throttles the account or the app made no call: it is
+  -- no attempt, and the operation goes on when the pause ends.
+  if e.paused then return { retry_in = e.retry_after } end
   if graph_errors.retryable(e.code) and retry.should_retry(e.code, attempts) then
     return { retry_in = retry.delay(attempts, { retry_after = e.retry_after }) }
   end

@@ -10,7 +10,7 @@
 --                          caller's company and environment
 --   env.find_upload(id)    {id, mime_type, jpeg_variant, size_bytes, width, height} or nil, likewise
 --   env.max_schedule_days  publishing.max_schedule_days
---   env.fetch_image(url)   {mime_type, size_bytes, width, height} or nil, code, message
+--   env.fetch_image(url)   {mime_type, jpeg_variant, size_bytes, width, height} or nil, code, message
 --                          (lib/image_url.lua); called at most once, for an https
 --                          imageUrl of a post with Instagram targets
 --

@@ -139,6 +139,11 @@ function M.regain_access_seconds(headers)
     if m and m > minutes then minutes = m end
   end
   if minutes > 0 then return minutes * 60 end
+  return M.retry_after_seconds(headers)
+end
+
+-- Seconds of a Retry-After header (in seconds), or nil.
+function M.retry_after_seconds(headers)
   local after = tonumber(header(headers, "retry-after") or "")
   if after and after > 0 then return after end
 end
@@ -181,8 +186,13 @@ function M.classify(graph_error, status, headers)
       user_message = type(g.error_user_msg) == "string" and short(g.error_user_msg) or nil },
   }
   if class == "rate_limited" then
-    out.retry_after = M.regain_access_seconds(headers) or (rule and rule.retry_after) or M.DEFAULT_RETRY_AFTER
     out.throttle = rule and rule.throttle
+    -- The business use case header speaks for the calling account's
+    -- business, not for the app's own limit (code 4): that one waits only as
+    -- long as Retry-After says, if it says.
+    local wait
+    if out.throttle == "app" then wait = M.retry_after_seconds(headers) else wait = M.regain_access_seconds(headers) end
+    out.retry_after = wait or (rule and rule.retry_after) or M.DEFAULT_RETRY_AFTER
   end
   return out
 end

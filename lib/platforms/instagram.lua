@@ -1,6 +1,7 @@
 -- Instagram adapter (docs/publishing.md): three steps, with the container
--- remembered in the target's adapter_state so that one target never gets a
--- second container, and a container is never published twice.
+-- remembered in the target's adapter_state so that a container is never
+-- published twice; a target gets another only when its container expired
+-- unpublished.
 --
 --   1. POST /{ig-user}/media (image_url, caption) -> container; saved at once.
 --      It is counted against Meta's limit of containers per account before
@@ -152,7 +153,9 @@ function M.publish(ctx)
   if ASK_CONTAINER[subcode] then
     local now_status = container_status(container, token)
     if now_status == "PUBLISHED" then return existing_media(ctx, token) end
-    if now_status == nil then return graph.failed(perr, true) end -- cannot tell: resolved next run
+    -- Cannot tell, or Meta said published already (9007) while the status
+    -- lags: the next run asks again before anything else.
+    if now_status == nil or perr.platform.code == 9007 then return graph.failed(perr, true) end
   end
   if subcode == EXPIRED then return M.publish(renew(ctx)) end
   if quota.is_quota_error(perr) then return { status = "error", error = quota.exhausted(ctx.account, perr) } end

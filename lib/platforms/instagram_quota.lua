@@ -160,7 +160,8 @@ local RESERVE = {
 }
 
 function M.reserve_container(account, target_id)
-  local limit = config.get("meta.instagram_container_limit")
+  -- At least one: a limit of none would make every target wait for ever.
+  local limit = math.max(1, config.get("meta.instagram_container_limit"))
   local window = config.get("meta.instagram_container_window_seconds")
   local answers = db.transaction(function()
     return assert(db.batch({ RESERVE[1], account.id }, { RESERVE[2], account.id, window },

@@ -325,19 +325,27 @@ describe("comment sync", function()
     assert.is_true(t.get(victim_id).isDeleted, "the next complete pass concludes")
   end)
 
-  it("concludes a pass that took several runs, once it has read the last page", function()
-    local t = comment_stack.live_tenant(env, "Slow Pass Co")
-    local post, busy = t.publish_text("A post read over two runs")
+  -- A company whose Page post has `n` comments, synced whole once; then the
+  -- comments at `gone` (indexes) are deleted on Facebook without a webhook:
+  -- only a whole pass can tell. Returns the tenant, the target, the comments
+  -- as the fake made them, and the sgw ids of those deleted.
+  local function busy_post(name, n, gone)
+    local t = comment_stack.live_tenant(env, name)
+    local post, busy = t.publish_text("A busy post of " .. name)
     local crowd = {}
-    for i = 1, 201 do crowd[i] = missed(t, { post_id = busy.platformPostId, message = "Crowd " .. i }) end
+    for i = 1, n do crowd[i] = missed(t, { post_id = busy.platformPostId, message = "Crowd " .. i }) end
     sync()
-    local victims = { crowd[3], crowd[200] }
     local ids = {}
-    for i, v in ipairs(victims) do
-      ids[i] = t.comment(post, v.id, 1).id
-      -- Deleted on Facebook without a webhook: only a whole pass can tell.
-      fake.control("POST", "comments/" .. v.id .. "/remove", { deliver = false })
+    for i, k in ipairs(gone) do
+      ids[i] = t.comment(post, crowd[k].id, 1).id
+      fake.control("POST", "comments/" .. crowd[k].id .. "/remove", { deliver = false })
     end
+    function t.still_there(k) return not t.get(t.comment(post, crowd[k].id, 1).id).isDeleted end
+    return t, busy, ids
+  end
+
+  it("concludes a pass that took several runs, once it has read the last page", function()
+    local t, busy, ids = busy_post("Slow Pass Co", 201, { 3, 200 })
     local function reads() return graph_gets("/" .. busy.platformPostId .. "/comments") end
     -- 199 comments left: two pages of 100. Meta reports the account near its
     -- limit: the run reads one page and stops; the pass goes on from its
@@ -351,8 +359,33 @@ describe("comment sync", function()
     sync()
     assert.are.equal(before + 2, reads(), "the pass went on at its second page")
     for _, id in ipairs(ids) do assert.is_true(t.get(id).isDeleted, "the pass over two runs concludes") end
-    assert.is_false(t.get(t.comment(post, crowd[100].id, 1).id).isDeleted)
+    assert.is_true(t.still_there(100))
     assert.are.equal(0, env.count("SELECT count(*) FROM comment_sync_seen WHERE post_target_id = '" .. busy.id .. "'"))
+  end)
+
+  it("lets one of two runs that took the same target at once go on with it, and deletes only what is gone", function()
+    local t, busy, ids = busy_post("Two Runs Co", 150, { 7 })
+    -- Every read of this Page's comments takes a while, so that the runs overlap.
+    fake.fail({ match = { method = "GET", account = t.page.id, path = "/{post}/comments" }, kind = "delay",
+      delay_ms = 300, count = 4 })
+    local a, b = env.start_job("sync_comments"), env.start_job("sync_comments")
+    env.wait_job(a)
+    env.wait_job(b)
+    assert.is_true(t.get(ids[1]).isDeleted)
+    assert.are.equal(1, env.count("SELECT count(*) FROM comments WHERE post_target_id = '" .. busy.id .. "' AND is_deleted"))
+  end)
+
+  it("concludes nothing from a pass a run of an older sgw went on with (it keeps nothing of what it saw)", function()
+    local t, busy, ids = busy_post("Mixed Versions Co", 150, { 7 })
+    fake.config({ buc_usage_min = 85 })
+    sync()
+    fake.config({ buc_usage_min = 0 })
+    -- As an older sgw saves its cursor: without the pass's own.
+    env.sql("UPDATE comment_sync SET pass_cursor = 'saved-by-an-older-sgw' WHERE post_target_id = '" .. busy.id .. "'")
+    sync()
+    assert.is_false(t.get(ids[1]).isDeleted, "concluded from a pass it did not see whole")
+    sync()
+    assert.is_true(t.get(ids[1]).isDeleted, "the next pass, read whole, concludes")
   end)
 
   it("goes on with the other accounts when one fails", function()

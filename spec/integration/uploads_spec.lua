@@ -132,12 +132,15 @@ describe("uploads", function()
   end)
 
   it("keeps that a JPEG is a multi-picture (MPO) one, which Instagram refuses, and says nothing of it to the client", function()
-    local mpo = img.jpeg(1080, 1080, { app = img.jpeg_segment(0xE2, "MPF\0MM\0\42\0\0\0\8") }) .. "second picture"
+    local mpo = img.jpeg(1080, 1080, { app = img.mpf_segment({ 0x030000, 0x020002 }) }) .. "second picture"
     local u = created(mpo, "image/jpeg")
     assert.are.equal("image/jpeg", u.mimeType)
     assert.is_nil(u.jpegVariant)
     assert.are.equal("mpo", probe(u.uploadId).upload.jpeg_variant)
     assert.is_nil(probe(created(img.jpeg(1080, 1080), "image/jpeg").uploadId).upload.jpeg_variant)
+    -- An Ultra HDR photo's gain map is an MPF entry too, but not a second view.
+    local hdr = img.jpeg(1080, 1080, { app = img.mpf_segment({ 0x030000, 0x000000 }) }) .. "gain map"
+    assert.is_nil(probe(created(hdr, "image/jpeg").uploadId).upload.jpeg_variant)
   end)
 
   it("takes any declared type, or none, for raw bytes", function()

@@ -1443,11 +1443,16 @@ def asset(name, params):
     elif name == "not-an-image.txt":
         return "text/plain; charset=utf-8", b"this is not an image\n"
     elif name == "multi-picture.jpg":
-        # A multi-picture JPEG (MPO), as some cameras write: an APP2 "MPF"
-        # segment (and, in a real one, more pictures after the first).
+        # A multi-picture JPEG (MPO), as 3D cameras write: an APP2 "MPF"
+        # segment whose MP Entry lists the primary image and a disparity
+        # view (CIPA DC-007), and the second picture after the first.
         first = make_jpeg(640, 640)
-        mpf = b"MPF\x00MM\x00\x2a\x00\x00\x00\x08"
-        return "image/jpeg", first[:2] + b"\xff\xe2" + struct.pack(">H", len(mpf) + 2) + mpf + first[2:]
+        ifd = (struct.pack(">H", 3) + struct.pack(">HHI4s", 0xB000, 7, 4, b"0100")
+               + struct.pack(">HHII", 0xB001, 4, 1, 2) + struct.pack(">HHII", 0xB002, 7, 32, 50)
+               + struct.pack(">I", 0))
+        entries = struct.pack(">IIIHH", 0x030000, len(first), 0, 0, 0) + struct.pack(">IIIHH", 0x020002, len(first), 0, 0, 0)
+        mpf = b"MPF\x00" + b"MM" + struct.pack(">HI", 42, 8) + ifd + entries
+        return "image/jpeg", first[:2] + b"\xff\xe2" + struct.pack(">H", len(mpf) + 2) + mpf + first[2:] + first
     else:
         return None
     if ext == "jpg":

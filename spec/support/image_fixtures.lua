@@ -14,6 +14,24 @@ function M.jpeg_segment(marker, payload)
 end
 local seg = M.jpeg_segment
 
+-- An APP2 "MPF" segment (CIPA DC-007) whose MP Entry lists one image of each
+-- MP type code in `types` (0x030000 the primary image, 0x020002 a disparity
+-- view, 0x000000 an Ultra HDR gain map, 0x010001 a large thumbnail, ...);
+-- order "MM" (default, big-endian) or "II".
+function M.mpf_segment(types, order)
+  local e = (order or "MM") == "II" and "<" or ">"
+  local n = #types
+  local entries_at = 8 + 2 + 12 * 3 + 4
+  local ifd = pack(e .. "I2", 3)
+    .. pack(e .. "I2I2I4c4", 0xB000, 7, 4, "0100")
+    .. pack(e .. "I2I2I4I4", 0xB001, 4, 1, n)
+    .. pack(e .. "I2I2I4I4", 0xB002, 7, 16 * n, entries_at)
+    .. pack(e .. "I4", 0)
+  local list = {}
+  for i, t in ipairs(types) do list[i] = pack(e .. "I4I4I4I2I2", t, 1000, i == 1 and 0 or 2000, 0, 0) end
+  return seg(0xE2, "MPF\0" .. (order or "MM") .. pack(e .. "I2I4", 42, 8) .. ifd .. table.concat(list))
+end
+
 local DQT = seg(0xDB, "\0" .. string.rep("\1", 64))
 local DHT = seg(0xC4, "\0\1" .. string.rep("\0", 15) .. "\0")   -- one 1-bit code
 local function sos(ss, se)                                       -- all three components

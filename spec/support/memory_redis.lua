@@ -1,6 +1,7 @@
 -- An in-memory `redis` global for unit specs of Lua that keeps a little state
 -- in Redis: GET, SET (with PX), MGET and DEL on strings, expiry read from the
--- spec's clock (clock.now()). Not a model of Redis: just enough of those.
+-- spec's clock (clock.now()), and MGET refusing keys of different hash
+-- slots as a cluster does. Not a model of Redis: just enough of those.
 local M = {}
 
 function M.install()
@@ -17,6 +18,14 @@ function M.install()
       return "OK"
     end,
     MGET = function(...)
+      -- As on a Redis Cluster: the keys of one call must share a hash slot
+      -- (here: the same {tag}, or the same key).
+      local slot
+      for _, k in ipairs({ ... }) do
+        local tagged = k:match("{([^}]+)}") or k
+        assert(slot == nil or slot == tagged, "CROSSSLOT Keys in request don't hash to the same slot")
+        slot = tagged
+      end
       local out = {}
       for i, k in ipairs({ ... }) do local e = live(k); out[i] = e and e.value or redis.null end
       return out

@@ -43,7 +43,7 @@ describe("graph_pause", function()
     local value, paused, sent = graph.call("POST", "1001/feed", { message = "b" }, TOKEN)
     assert.is_nil(value)
     assert.is_false(sent)
-    assert.same({ code = "rate_limited", paused = true, retry_after = 180,
+    assert.same({ code = "rate_limited", paused = true, throttle = "token", retry_after = 180,
       message = "Meta is throttling calls for this account; sgw makes no call until " .. clock.iso(T0 + 300)
         .. ", when Meta said access comes back." }, paused)
     assert.equal(1, #calls)
@@ -58,11 +58,14 @@ describe("graph_pause", function()
   end)
 
   it("holds back every token's calls while the app's own limit (code 4) is reached", function()
-    on("GET 1001", throttled(4))
+    -- The business header speaks for this account's business, not the app:
+    -- the app waits Meta's default.
+    on("GET 1001", throttled(4, 30))
     graph.call("GET", "1001", {}, TOKEN)
     clock.set(T0 + 30)
     local _, paused = graph.call("GET", "2002", {}, OTHER)
     assert.is_true(paused.paused)
+    assert.equal("app", paused.throttle)
     assert.equal(30, paused.retry_after)
     assert.matches("Meta is throttling this app's calls", paused.message, 1, true)
     local _, app_call = graph.call("GET", "debug_token", { input_token = "x" }, nil)
@@ -70,6 +73,16 @@ describe("graph_pause", function()
     clock.set(T0 + 60)
     on("GET 2002", ok({ id = "2002" }))
     assert.same({ id = "2002" }, (graph.call("GET", "2002", {}, OTHER)))
+  end)
+
+  it("never shortens a pause: a later, shorter one leaves the longer standing", function()
+    on("POST 1001/feed", throttled(80001, 10))
+    graph.call("POST", "1001/feed", {}, TOKEN)
+    -- Another instance meets a shorter throttle meanwhile, or a success says less.
+    require("platforms.graph_pause").observe(TOKEN, nil, 60)
+    clock.set(T0 + 120)
+    local _, paused = graph.call("GET", "1001", {}, TOKEN)
+    assert.equal(480, paused.retry_after)
   end)
 
   it("also waits when a successful answer says access is held back for a while", function()

@@ -49,13 +49,27 @@ describe("images.sniff", function()
     end)
 
     it("multi-picture (MPO) and stereo (JPS) JPEGs as JPEG, saying which", function()
-      local mpf = img.jpeg_segment(0xE2, "MPF\0MM\0\42\0\0\0\8")
-      accepted(img.jpeg(640, 480, { app = img.jpeg_segment(0xE1, "Exif\0\0") .. mpf }) .. "second picture",
-        "image/jpeg", 640, 480, "mpo")
+      local exif = img.jpeg_segment(0xE1, "Exif\0\0")
+      for _, order in ipairs { "MM", "II" } do
+        for _, types in ipairs { { 0x030000, 0x020002 }, { 0x030000, 0x020003 }, { 0x020001, 0x020001 } } do
+          accepted(img.jpeg(640, 480, { app = exif .. img.mpf_segment(types, order) }) .. "more pictures",
+            "image/jpeg", 640, 480, "mpo")
+        end
+      end
       accepted(img.jpeg(1280, 480, { app = img.jpeg_segment(0xE3, "_JPSJPS_\0\14") }), "image/jpeg", 1280, 480, "jps")
-      -- An ICC profile is APP2 too: still a plain JPEG.
+    end)
+
+    it("as plain JPEG one whose MPF lists no second view: an Ultra HDR gain map, a large thumbnail", function()
+      accepted(img.jpeg(64, 48, { app = img.mpf_segment({ 0x030000, 0x000000 }) }) .. "gain map", "image/jpeg", 64, 48)
+      accepted(img.jpeg(64, 48, { app = img.mpf_segment({ 0x030000, 0x010001 }, "II") }), "image/jpeg", 64, 48)
+      -- An ICC profile is APP2 too; an MPF that cannot be read says nothing.
       accepted(img.jpeg(64, 48, { app = img.jpeg_segment(0xE2, "ICC_PROFILE\0\1\1") }), "image/jpeg", 64, 48)
-      accepted(img.jpeg(64, 48, { app = img.jpeg_segment(0xE2, "MPF") }), "image/jpeg", 64, 48)
+      for _, payload in ipairs { "MPF", "MPF\0", "MPF\0MM\0\42\0\0\0\8", "MPF\0MM\0\42\255\255\255\255",
+          "MPF\0XX\0\42\0\0\0\8" } do
+        accepted(img.jpeg(64, 48, { app = img.jpeg_segment(0xE2, payload) }), "image/jpeg", 64, 48)
+      end
+      local cut = img.mpf_segment({ 0x030000, 0x020002 })
+      accepted(img.jpeg(64, 48, { app = img.jpeg_segment(0xE2, cut:sub(5, -18)) }), "image/jpeg", 64, 48)
     end)
 
     it("JPEG with bytes after the end-of-image marker (camera trailers)", function()

@@ -305,6 +305,14 @@ describe("instagram adapter", function()
     end
   end)
 
+  it("reports an unknown outcome when Meta says published already (9007/2207008) but the status lags", function()
+    on("GET c-16", ok({ status_code = "FINISHED" }))
+    on("POST 17841400000000001/media_publish", graph_error(400, { message = "Media ID is not available",
+      code = 9007, error_subcode = 2207008 }))
+    on("GET c-16", ok({ status_code = "FINISHED" }))
+    assert.equal("unknown", instagram.publish(ig_ctx({ container_id = "c-16", container_created_at = T0 })).status)
+  end)
+
   it("reports an unknown outcome when the container cannot be asked after such an error", function()
     on("GET c-15", ok({ status_code = "FINISHED" }))
     on("POST 17841400000000001/media_publish", graph_error(400, { message = "We restrict certain activity",
