@@ -248,6 +248,10 @@ describe("publishing faults", function()
     assert.are.equal(0, paused.attempts)
     assert.is_true(math.abs(unix(paused.nextAttemptAt) - next_at) <= 2, paused.nextAttemptAt .. " vs " .. target.nextAttemptAt)
     assert.are.equal(calls, #fake.requests({ method = "POST", path = "/" .. t.page.id .. "/feed" }))
+    -- The pause is kept under a digest of the Page's token, never the token.
+    local _, keys = stack.sh("redis-cli -u " .. stack.shell_quote(sgw.redis_url) .. " --scan --pattern '*graphpause*'")
+    assert.matches(":{graphpause}:token:" .. string.rep("%x", 32) .. "\n", keys .. "\n")
+    assert.is_nil(keys:find(t.page.access_token, 1, true))
 
     -- Move sgw's clock past the wait instead of sleeping a minute.
     assert.are.equal(200, (sgw:admin("POST", "/clock/advance?seconds=61")))
