@@ -61,6 +61,13 @@ local function existing_media(ctx, token)
   return outcome or graph.failed(err, true)
 end
 
+-- Saves these fields of the target's adapter_state at once, and keeps them
+-- in this run's copy too.
+local function remember(ctx, fields)
+  ctx.save_state(fields)
+  for k, v in pairs(fields) do ctx.target.adapter_state[k] = v end
+end
+
 -- The container of this target: the saved one, or a new one saved before
 -- anything else happens.
 local function container_of(ctx, token)
@@ -78,9 +85,7 @@ local function container_of(ctx, token)
     return nil, err
   end
   if not created.id then return nil, { code = "platform_unavailable", message = "No container id in Meta's answer." } end
-  local saved = { container_id = created.id, container_created_at = clock.now() }
-  ctx.save_state(saved)
-  for k, v in pairs(saved) do state[k] = v end
+  remember(ctx, { container_id = created.id, container_created_at = clock.now() })
   return created.id
 end
 
@@ -88,9 +93,7 @@ end
 -- new one, which cannot make a second post.
 local function renew(ctx)
   log.info("instagram_container_renewed", { targetId = ctx.target.id, containerId = ctx.target.adapter_state.container_id })
-  local forget = { container_id = false, container_created_at = false }
-  ctx.save_state(forget)
-  for k, v in pairs(forget) do ctx.target.adapter_state[k] = v end
+  remember(ctx, { container_id = false, container_created_at = false })
   return ctx
 end
 

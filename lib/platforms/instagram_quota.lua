@@ -148,15 +148,16 @@ end
 -- Meta answered that call with an error (no container was made). A call whose
 -- answer was lost keeps its slot: the container may exist. Containers made by
 -- other tools are not seen; Meta refuses those beyond its limit itself.
+-- Under the lock, once the rows that left the window are deleted, the
+-- account's rows are the window.
 local RESERVE = {
   "SELECT pg_advisory_xact_lock(hashtextextended('sgw.instagram_containers:' || $1, 0))",
   "DELETE FROM instagram_containers WHERE social_account_id = $1 AND made_at <= now() - make_interval(secs => $2)",
   [[INSERT INTO instagram_containers (social_account_id, target_id)
-    SELECT $1, $2 WHERE (SELECT count(*) FROM instagram_containers
-                          WHERE social_account_id = $1 AND made_at > now() - make_interval(secs => $3)) < $4
+    SELECT $1, $2 WHERE (SELECT count(*) FROM instagram_containers WHERE social_account_id = $1) < $3
     RETURNING id]],
   [[SELECT count(*)::int AS used, extract(epoch FROM now() - min(made_at))::float8 AS oldest_age
-      FROM instagram_containers WHERE social_account_id = $1 AND made_at > now() - make_interval(secs => $2)]],
+      FROM instagram_containers WHERE social_account_id = $1]],
 }
 
 function M.reserve_container(account, target_id)
@@ -165,7 +166,7 @@ function M.reserve_container(account, target_id)
   local window = config.get("meta.instagram_container_window_seconds")
   local answers = db.transaction(function()
     return assert(db.batch({ RESERVE[1], account.id }, { RESERVE[2], account.id, window },
-      { RESERVE[3], account.id, target_id, window, limit }, { RESERVE[4], account.id, window }))
+      { RESERVE[3], account.id, target_id, limit }, { RESERVE[4], account.id }))
   end)
   local reserved = answers[3][1]
   if reserved then return reserved.id end
