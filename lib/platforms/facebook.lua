@@ -74,7 +74,20 @@ function M.find_reply(ctx)
   return graph.done(found.id, thread_of(ctx.comment))
 end
 
+-- Meta asks to read the comment's can_hide before hiding it: some comments
+-- cannot be hidden by the Page (its own, and others Meta decides), and the
+-- answer then says why in sgw's words instead of Meta's bare code 100.
+-- Showing a comment again needs no check.
 function M.set_hidden(ctx, hidden)
+  if hidden then
+    local comment, err = graph.call("GET", ctx.comment.platform_comment_id, { fields = "can_hide" },
+      ctx.account.access_token)
+    if not comment then return graph.settled(nil, err) end
+    if comment.can_hide == false then
+      return graph.error("content_rejected", "Meta does not let the Page hide this comment (its can_hide is "
+        .. "false), so it was not asked to; the comment is unchanged.")
+    end
+  end
   return graph.set_comment_hidden(ctx, "is_hidden", hidden)
 end
 

@@ -22,13 +22,14 @@ Graph endpoints (the notes' "Comments"):
   POST   /{ig-comment}/replies       message -> {"id"}     (top-level comments only)
   POST   /{ig-comment}               hide=true|false -> {"success":true}
   DELETE /{ig-comment}               -> {"success":true}
-A Page or Instagram account cannot hide its own comments (code 100).
+A Page or Instagram account cannot hide its own comments (code 100), nor a
+comment created with "can_hide": false (Meta says so of some others too).
 
 Control API:
   POST /_fake/webhooks               {"callback_url","app_secret"} where deliveries go
   GET  /_fake/webhooks               {"callback_url","deliveries":[{"seq","object","status","error","body"}]}
   POST /_fake/comments               {"post_id"|"media_id","message"|"text","from"?:{"id","name"|"username"},
-                                      "parent_id"?,"like_count"?,"deliver"?:true}
+                                      "parent_id"?,"like_count"?,"can_hide"?:true,"deliver"?:true}
                                      -> {"comment":{...},"delivery":{"status","error"}|null}
   GET  /_fake/comments[?post_id=&media_id=&account=]   every comment, deleted ones included
   POST /_fake/comments/{id}/edit     {"message","deliver"?}      verb edited (any comment)
@@ -108,6 +109,7 @@ def _new_comment(app, platform, parent_obj, text, author, parent=None, like_coun
                   created=s.now(), seq=s.next_seq(), hidden=False, deleted=False,
                   like_count=int(like_count or 0))
     record["own"] = record["from_"].get("id") == record["account"]
+    record["can_hide"] = not record["own"]
     s.comments.append(record)
     s.add_object(record["kind"], record)
     return record
@@ -323,6 +325,8 @@ def update_comment(app, req, record):
             if record["own"]:
                 raise fg.bad_param("%s cannot hide its own comments (can_hide is false on comment %s)"
                                    % ("A Page" if facebook else "An Instagram account", record["id"]))
+            if not record["can_hide"]:
+                raise fg.bad_param("Comment %s cannot be hidden (can_hide is false)" % record["id"])
             if record["hidden"] != hidden:
                 record["hidden"] = hidden
                 verb = "hide" if hidden else "unhide"
@@ -367,7 +371,7 @@ def _fb_fields():
         "like_count": lambda app, c: c["like_count"],
         "comment_count": lambda app, c: len(_replies_of(app, c)),
         "is_hidden": lambda app, c: c["hidden"],
-        "can_hide": lambda app, c: not c["own"],
+        "can_hide": lambda app, c: c["can_hide"],
         "can_remove": lambda app, c: True,
         "can_comment": lambda app, c: True,
         "parent": parent,
@@ -454,6 +458,8 @@ def c_create_comment(app, params, body):
                 parent = s.objects[parent["parent_id"]][1]   # threads are one level deep
         record = _new_comment(app, platform, obj, text, _author(app, body, platform), parent=parent,
                               like_count=body.get("like_count", 0))
+        if body.get("can_hide") is False:
+            record["can_hide"] = False
     delivery = _notify(app, record, "add", deliver=body.get("deliver", True) is not False)
     with s.lock:
         return {"comment": _view(record), "delivery": delivery}
