@@ -71,14 +71,18 @@ local function page_change(value, entry_id, entry_time)
   return o
 end
 
--- Instagram comments change (creation only; no verbs, no times of its own
--- in most deliveries: the entry's time is when it was written).
+-- Instagram comments change (creation only; no verbs, and no time of its
+-- own in most deliveries). The entry's time is when Meta sent it, which for
+-- a delivery retried hours later is not when the comment was written: it
+-- orders the change, but the creation time stays unknown (shown until the
+-- next sync reads the comment's timestamp, lib/comments.lua).
 local function instagram_change(value, entry_id, entry_time)
   local comment_id = str(value.id)
   local media = type(value.media) == "table" and str(value.media.id)
   if not comment_id then return nil, "missing id" end
   if not media then return nil, "missing media.id" end
-  local version = seconds(value.created_time) or entry_time
+  local created = seconds(value.created_time)
+  local version = created or entry_time
   if not version then return nil, "missing entry time" end
   local from = type(value.from) == "table" and value.from or {}
   local from_id = str(from.id)
@@ -90,7 +94,7 @@ local function instagram_change(value, entry_id, entry_time)
     author_platform_id = from_id,
     author_name = str(from.username),
     is_from_account = from_id and from_id == entry_id,
-    created_at = version,
+    created_at = created,
     version = version,
     rank = RANK.add,
   }

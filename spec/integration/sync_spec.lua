@@ -252,6 +252,22 @@ describe("comment sync", function()
     assert.is_true(graph_gets("/" .. top.id .. "/replies") >= 1, "the replies past the embedded ones were read")
   end)
 
+  it("takes an Instagram comment's creation time from the sync, not from a late webhook's send time", function()
+    local t = comment_stack.live_tenant(env, "IG Late Co")
+    local post, target = t.publish_image("IG post with a late delivery")
+    local made = t.fake_comment({ media_id = target.platformPostId, text = "Written two hours ago",
+      written_seconds_ago = 7200, from = { id = "17841400000000077", username = "patient" } })
+    assert.are.equal(200, made.delivery.status)
+    local c = t.comment(post, made.comment.id)
+    local function created_at()
+      return tonumber(env.sql("SELECT extract(epoch FROM created_at) FROM comments WHERE id = '" .. c.id .. "'"))
+    end
+    assert.is_true(created_at() - made.comment.created > 7000, "until the sync, the delivery's time is shown")
+    sync()
+    assert.is_true(math.abs(created_at() - made.comment.created) < 1, "the comment's own timestamp after the sync")
+    assert.are.equal("Written two hours ago", t.get(c.id).text)
+  end)
+
   it("applies what Instagram never announces: deletions, hides, unhides and edits", function()
     local t = comment_stack.live_tenant(env, "IG Reconcile Co")
     local receiver = t.listen()

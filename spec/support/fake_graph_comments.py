@@ -29,7 +29,10 @@ Control API:
   POST /_fake/webhooks               {"callback_url","app_secret"} where deliveries go
   GET  /_fake/webhooks               {"callback_url","deliveries":[{"seq","object","status","error","body"}]}
   POST /_fake/comments               {"post_id"|"media_id","message"|"text","from"?:{"id","name"|"username"},
-                                      "parent_id"?,"like_count"?,"can_hide"?:true,"deliver"?:true}
+                                      "parent_id"?,"like_count"?,"can_hide"?:true,"deliver"?:true,
+                                      "written_seconds_ago"?:0}
+                                     (written_seconds_ago: a delivery Meta retried that long after
+                                      the comment was written; Instagram's entry time is the send time)
                                      -> {"comment":{...},"delivery":{"status","error"}|null}
   GET  /_fake/comments[?post_id=&media_id=&account=]   every comment, deleted ones included
   POST /_fake/comments/{id}/edit     {"message","deliver"?}      verb edited (any comment)
@@ -460,6 +463,7 @@ def c_create_comment(app, params, body):
                               like_count=body.get("like_count", 0))
         if body.get("can_hide") is False:
             record["can_hide"] = False
+        record["created"] -= float(body.get("written_seconds_ago") or 0)
     delivery = _notify(app, record, "add", deliver=body.get("deliver", True) is not False)
     with s.lock:
         return {"comment": _view(record), "delivery": delivery}

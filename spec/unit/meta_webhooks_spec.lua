@@ -115,10 +115,17 @@ describe("meta_webhooks.normalize", function()
     assert.are.same({
       social_account_id = "acc_ig", platform = "instagram", platform_post_id = "17850000000000001",
       platform_comment_id = "17900000000000001", text = "Love it", author_platform_id = "178400001",
-      author_name = "ann", is_from_account = false, created_at = 1742667000, version = 1742667000, rank = 1,
-    }, obs[1])
+      author_name = "ann", is_from_account = false, version = 1742667000, rank = 1,
+    }, obs[1], "the entry's time orders the change; when the comment was written stays unknown")
     assert.are.equal("17900000000000001", obs[2].parent_platform_comment_id)
     assert.is_true(obs[2].is_from_account)
+  end)
+
+  it("takes an Instagram comment's own created_time when the delivery has one", function()
+    local o = one({ object = "instagram", entry = { { id = IG, time = 1742667000, changes = {
+      { field = "comments", value = { from = { id = "178400001", username = "ann" }, id = "17900000000000003",
+        media = { id = "17850000000000001" }, text = "Late", created_time = 1742600000 } } } } } })
+    assert.are.same({ 1742600000, 1742600000 }, { o.created_at, o.version })
   end)
 
   it("handles batched entries and changes, in order", function()
