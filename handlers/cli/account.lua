@@ -4,14 +4,47 @@
 -- A live account's Page is subscribed to the app's webhooks (for Instagram,
 -- the linked Page given by --page-id); a failed subscription is said on
 -- standard error and the account stays connected (lib/meta_subscriptions.lua).
+-- A live account's token is first described by Meta's debug_token when the
+-- Meta app is set: one Meta calls invalid is refused (every call would fail
+-- with 190), so is a user token for a Facebook Page (Meta wants the Page's
+-- own token: "(#200) ... posted to a page as the page itself"); one that
+-- expires is connected with a warning (a Page token taken from a
+-- short-lived user token lasts an hour). When Meta cannot be asked, the
+-- account is connected unchecked, with a warning.
 -- --facebook-user-id: the Facebook user whose consent gave the token (Meta's
 -- deauthorize and data-deletion callbacks find the account by it). Without
--- it, a live account asks Meta's debug_token when the Meta app is set, best
--- effort: a token Meta does not describe leaves it unknown.
+-- it, debug_token's user_id is taken; unknown when there is none.
 local cli = require "cli"
 local accounts = require "accounts"
 local subscriptions = require "meta_subscriptions"
 local token_check = require "token_check"
+
+-- What debug_token says of a live account's token: its data (nil when
+-- Meta could not be asked) and a warning for standard error, or nil, nil and
+-- why it is refused.
+local function described_token(flags)
+  local asked, data, err = pcall(token_check.debug_token, flags["access-token"])
+  if not (asked and data) then
+    return nil, "connected without checking its token: Meta's debug_token did not answer ("
+      .. tostring(asked and err.message or data) .. "); the periodic token check asks again"
+  end
+  if data.is_valid == false then
+    local e = type(data.error) == "table" and data.error or {}
+    return nil, nil, "Meta says this access token is not valid (" .. tostring(e.message or "is_valid: false")
+      .. "); nothing was connected. Give a current token of the account."
+  end
+  if flags.platform == "facebook" and data.type == "USER" then
+    return nil, nil, "this is a user access token; a Facebook Page publishes only with its own Page token "
+      .. "(GET /" .. flags["platform-account-id"] .. "?fields=access_token with this user token gives it); "
+      .. "nothing was connected"
+  end
+  local expires = math.tointeger(tonumber(data.expires_at))
+  if expires and expires > 0 then
+    return data, "the token expires at " .. os.date("!%Y-%m-%dT%H:%M:%SZ", expires) .. " (a Page token taken "
+      .. "from a short-lived user token lasts an hour; one taken from a long-lived user token does not expire)"
+  end
+  return data
+end
 
 local function add(flags)
   if flags.environment ~= "live" and flags.environment ~= "test" then return cli.fail("--environment must be live or test", 2) end
@@ -38,9 +71,12 @@ local function add(flags)
   if not ok then return cli.fail(err) end
   local rows = assert(db.query("SELECT id FROM companies WHERE id = $1", flags.company))
   if not rows[1] then return cli.fail("no company " .. flags.company) end
-  if not fb_user and flags.environment == "live" and token_check.app_token() then
-    local asked, data = pcall(token_check.debug_token, flags["access-token"])
-    fb_user = asked and data and data.is_valid ~= false and type(data.user_id) == "string" and data.user_id or nil
+  local warnings = {}
+  if flags.environment == "live" and token_check.app_token() then
+    local data, warning, refusal = described_token(flags)
+    if refusal then return cli.fail(refusal) end
+    warnings[#warnings + 1] = warning
+    if not fb_user and data and type(data.user_id) == "string" then fb_user = data.user_id end
   end
   local id, aerr = accounts.add({
     company_id = flags.company, environment = flags.environment, platform = flags.platform,
@@ -51,12 +87,12 @@ local function add(flags)
   if flags.environment == "live" then
     local subscribed, serr = subscriptions.attach(id, page_id, flags["access-token"])
     if not subscribed then
-      local code, out = cli.ok({ accountId = id })
-      return code, out, "connected, but its webhooks are not subscribed (" .. serr
+      warnings[#warnings + 1] = "connected, but its webhooks are not subscribed (" .. serr
         .. "); the periodic check tries again"
     end
   end
-  return cli.ok({ accountId = id })
+  local code, out = cli.ok({ accountId = id })
+  return code, out, warnings[1] and table.concat(warnings, "\n") or nil
 end
 
 return cli.command {
@@ -64,8 +100,10 @@ return cli.command {
   subcommands = {
     { name = "add", summary = "connect a Page or Instagram account; prints {\"accountId\"}",
       about = "Connects a Facebook Page or Instagram professional account to a company with a token.\n"
-        .. "A live account's Page is subscribed to the app's webhooks; a failed subscription is said\n"
-        .. "on standard error, the account stays connected and the periodic check tries again.",
+        .. "While the Meta app is set, a live account's token is described by Meta first: an invalid\n"
+        .. "one, or a user token for a Facebook Page, is refused; one that expires is connected with a\n"
+        .. "warning. A live account's Page is subscribed to the app's webhooks; a failed subscription\n"
+        .. "is said on standard error, the account stays connected and the periodic check tries again.",
       flags = {
         { "company", "ID", "the company it belongs to", required = true },
         { "environment", "live|test", "live: Meta's Graph API; test: the sandbox", required = true },

@@ -165,6 +165,45 @@ describe("token health", function()
     end)
   end)
 
+  describe("sgw account add", function()
+    local t
+    setup(function() t = tenant("Checked Co") end)
+
+    local function add(token, page)
+      page = page or t.page
+      return env.sgw:command({ "account", "add", "--company", t.company, "--environment", "live", "--platform",
+        "facebook", "--platform-account-id", page.id, "--name", page.name, "--access-token", token })
+    end
+    local function stored()
+      return env.sql("SELECT status || ':' || md5(access_token_enc) FROM social_accounts WHERE id = '"
+        .. t.fb.id .. "'")
+    end
+
+    it("refuses a token Meta calls invalid and a user token for a Page, and keeps the account as it was", function()
+      local before = stored()
+      local code, out = add("EAAnot-a-token-meta-knows")
+      assert.are.equal(1, code, out)
+      assert.matches("Meta says this access token is not valid", out)
+      local user = fake.control("POST", "oauth/user_token", { long_lived = true }).access_token
+      code, out = add(user)
+      assert.are.equal(1, code, out)
+      assert.matches("this is a user access token", out)
+      assert.is_nil(out:find(user, 1, true), "the token is not printed")
+      assert.are.equal(before, stored())
+      assert.are.equal("active", account(t, t.fb.id).status)
+    end)
+
+    it("connects a Page token that expires and says when", function()
+      local page = fake.add_page({ name = "Short-lived page" })
+      local expires = os.time() + 2 * 86400
+      fake.update_token(page.access_token, { expires_at = expires })
+      local code, out = add(page.access_token, page)
+      assert.are.equal(0, code, out)
+      assert.matches('{"accountId":"', out, 1, true)
+      assert.matches("the token expires at " .. os.date("!%Y-%m-%dT%H:%M:%SZ", expires), out, 1, true)
+    end)
+  end)
+
   describe("a missing permission", function()
     it("on publishing (code 200) fails the target permission_missing and marks the account", function()
       local t = tenant("Unpermitted Co")

@@ -51,6 +51,8 @@ Control API:
   GET  /_fake/oauth                  {"user":{"id","name"},"app_id","dialogs":[{"client_id",
                                       "redirect_uri","scope","state","decision"}],
                                       "codes_issued","codes_used","user_tokens"}
+  POST /_fake/oauth/user_token       {"long_lived"?: false, "scopes"?: [...]} -> {"access_token",
+                                      "expires_in"}: a user token, as the dialog's code gives one
 """
 
 import html
@@ -108,13 +110,17 @@ def _user_token(app, req):
         return dict(tok)
 
 
-def _new_user_token(app, scopes, long_lived):
+def _issue_user_token(app, scopes, long_lived):
     s = app.store
     token = "EAAuser" + secrets.token_urlsafe(32)
     ttl = LONG_TTL if long_lived else SHORT_TTL
     with s.lock:
         s.user_tokens[token] = {"scopes": list(scopes), "expires": s.now() + ttl, "long_lived": long_lived}
-    return fg.Response(200, {"access_token": token, "token_type": "bearer", "expires_in": ttl})
+    return {"access_token": token, "token_type": "bearer", "expires_in": ttl}
+
+
+def _new_user_token(app, scopes, long_lived):
+    return fg.Response(200, _issue_user_token(app, scopes, long_lived))
 
 
 # ---------------------------------------------------------------- the dialog
@@ -309,6 +315,13 @@ def c_oauth(app, params, body):
                 "user_tokens": len(s.user_tokens)}
 
 
+def c_user_token(app, params, body):
+    scopes = body.get("scopes", ["pages_show_list", "pages_manage_posts"])
+    if not isinstance(scopes, list) or not all(isinstance(x, str) for x in scopes):
+        raise fg.ControlError("scopes must be a list of strings")
+    return _issue_user_token(app, scopes, body.get("long_lived") is True)
+
+
 # ---------------------------------------------------------------- install
 
 def install(module):
@@ -329,6 +342,7 @@ def install(module):
         module.literal_route(method, path)(fn)
     module.CONTROL[("POST", "config")] = _set_config_with_oauth(module.CONTROL[("POST", "config")])
     module.control("GET", "oauth")(c_oauth)
+    module.control("POST", "oauth/user_token")(c_user_token)
 
 
 if __name__ == "__main__":
