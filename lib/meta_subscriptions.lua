@@ -11,12 +11,17 @@
 -- (handlers/jobs/meta_subscriptions_check.lua) tries again.
 local graph = require "platforms.graph"
 local accounts = require "accounts"
+local graph_version = require "meta_graph_version"
 
 local M = {}
 
 -- The fields sgw needs on a Page: its comments (and, for Instagram, the
 -- app-level "comments" subscription of the instagram object).
 M.FIELDS = "feed"
+
+-- The app's own subscriptions (`sgw meta subscribe-app`): object -> the
+-- field sgw reads from it.
+M.APP_SUBSCRIPTIONS = { { object = "page", fields = "feed" }, { object = "instagram", fields = "comments" } }
 
 local CONNECTED = "status IN ('active', 'reconnect_required')"
 
@@ -122,6 +127,43 @@ function M.check(page_id, token)
   end
   log.warn("meta_subscription_lost", { page = page_id })
   return M.subscribe(page_id, token) and "resubscribed" or "failed"
+end
+
+-- The app's subscriptions as Meta lists them (GET /{app-id}/subscriptions,
+-- app token): each field sgw reads must be there, at the version sgw calls.
+-- A field keeps the version it was subscribed with and its deliveries follow
+-- that version, so moving meta.graph_base_url leaves the webhooks behind
+-- until `sgw meta subscribe-app` runs again. Each problem is a warning in the
+-- log saying so. Returns the number of problems, or nil and the Graph error
+-- (0 while the Meta app is not set: nothing to ask with).
+function M.check_app()
+  local app_id, secret = config.get("meta.app_id") or "", config.get("meta.app_secret") or ""
+  if app_id == "" or secret == "" then return 0 end
+  local listed, err = graph.call("GET", app_id .. "/subscriptions", {}, app_id .. "|" .. secret)
+  if not listed then
+    log.warn("meta_app_subscriptions_check_failed", { error = err.message, platformCode = err.platform_code })
+    return nil, err
+  end
+  local have = {}
+  for _, sub in ipairs(type(listed.data) == "table" and listed.data or {}) do
+    for _, f in ipairs(type(sub) == "table" and type(sub.fields) == "table" and sub.fields or {}) do
+      if type(f) == "table" then have[tostring(sub.object) .. "/" .. tostring(f.name)] = tostring(f.version) end
+    end
+  end
+  local configured, problems = graph_version.configured().version, 0
+  for _, want in ipairs(M.APP_SUBSCRIPTIONS) do
+    local version = have[want.object .. "/" .. want.fields]
+    local detail = { object = want.object, field = want.fields, version = version, configured = configured,
+      fix = "run sgw meta subscribe-app" }
+    if not version then
+      problems = problems + 1
+      log.warn("meta_app_subscription_missing", detail)
+    elseif version ~= configured then
+      problems = problems + 1
+      log.warn("meta_webhook_version_behind", detail)
+    end
+  end
+  return problems
 end
 
 -- Every Page of an active live account, once, with one of its tokens.

@@ -7,9 +7,7 @@
 -- Meta then lists (GET /{app-id}/subscriptions).
 local cli = require "cli"
 local graph = require "platforms.graph"
-
--- object -> the fields sgw reads from it.
-local SUBSCRIPTIONS = { { object = "page", fields = "feed" }, { object = "instagram", fields = "comments" } }
+local subscriptions = require "meta_subscriptions"
 
 local function setting(key)
   local v = config.get(key)
@@ -33,7 +31,7 @@ local function subscribe_app(flags)
   end
 
   local app_token = app_id .. "|" .. secret
-  for _, s in ipairs(SUBSCRIPTIONS) do
+  for _, s in ipairs(subscriptions.APP_SUBSCRIPTIONS) do
     local ok, err = graph.call("POST", app_id .. "/subscriptions", {
       object = s.object, fields = s.fields, callback_url = base .. "/webhooks/meta",
       verify_token = verify_token, include_values = "true",

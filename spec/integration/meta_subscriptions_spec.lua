@@ -198,6 +198,38 @@ describe("Meta webhook subscriptions", function()
     assert.are.equal(200, comment.delivery.status)
   end)
 
+  it("says in the log when the app's webhooks are at another Graph API version, until subscribe-app runs again", function()
+    local function lines(event)
+      local out = {}
+      for line in sgw:log():gmatch("[^\n]+") do
+        if line:find('"event":"' .. event .. '"', 1, true) then out[#out + 1] = cjson.decode(line) end
+      end
+      return out
+    end
+    local function last_check(n)
+      return stack.eventually(function()
+        local list = lines("meta_subscriptions_checked")
+        return #list >= n and list[#list]
+      end, 10, 0.05, "the check's summary in the log")
+    end
+    -- Checks before the first test's subscribe-app found the app's subscriptions missing.
+    local checks, missing = #lines("meta_subscriptions_checked"), #lines("meta_app_subscription_missing")
+    fake.control("POST", "subscriptions/version", { object = "instagram", field = "comments", version = "v21.0" })
+    run_check()
+    assert.are.equal(1, last_check(checks + 1).app_problems)
+    local warned = lines("meta_webhook_version_behind")
+    assert.are.equal(1, #warned)
+    assert.are.same({ "instagram", "comments", "v21.0", VERSION, "run sgw meta subscribe-app" },
+      { warned[1].object, warned[1].field, warned[1].version, warned[1].configured, warned[1].fix })
+
+    local code, out = command({ "meta", "subscribe-app", "--allow-http" }, {})
+    assert.are.equal(0, code, out)
+    run_check()
+    assert.are.equal(0, last_check(checks + 2).app_problems)
+    assert.are.equal(1, #lines("meta_webhook_version_behind"))
+    assert.are.equal(missing, #lines("meta_app_subscription_missing"))
+  end)
+
   it("sends a valid appsecret_proof with every Page and user token call", function()
     local with_token = 0
     for i, r in ipairs(fake.requests()) do

@@ -25,7 +25,8 @@ Graph endpoints (under /<version>/):
          (#2200) "callback verification failed: ..." (no answer, or not 200),
          (#2201) "response does not match challenge, expected value=..., received=...".
          Meta accepts https callback URLs only; the fake takes http too (tests
-         run without TLS). Fields are added to what the object had.
+         run without TLS). Fields are added to what the object had, each at the
+         version of the call that subscribed it (Meta's fields[].version).
   GET    /{app-id}/subscriptions      {"data":[{"object","callback_url","active":true,
                                                 "fields":[{"name","version"}]}]}
          Both need the app token: anything else gets (#15) "This method must be
@@ -53,12 +54,15 @@ Control API:
                                                       "ok","error"}]}
   POST   /_fake/subscribed_apps/drop  {"page_id"} the Page loses every app subscription
                                       (its admin removed the app) -> {"ok":true}
+  POST   /_fake/subscriptions/version {"object","field","version"} the app's field as if it had
+                                      been subscribed with that version -> {"ok":true}
   POST   /_fake/config                also "require_appsecret_proof",
                                       "webhooks_require_subscription" (booleans)
 """
 
 import hashlib
 import hmac
+import re
 import secrets
 import sys
 import urllib.error
@@ -86,7 +90,7 @@ def _reset_with_subscriptions(original):
     def reset(self):
         with self.lock:
             original(self)
-            self.app_subscriptions = {}    # object -> {"callback_url","fields":[...],"include_values"}
+            self.app_subscriptions = {}    # object -> {"callback_url","fields":[...],"versions":{field:v},"include_values"}
             self.page_subscriptions = {}   # page id -> {app id: [fields]}
             self.handshakes = []
     return reset
@@ -144,9 +148,8 @@ def _check_proof(app, req):
 # ---------------------------------------------------------------- app subscriptions
 
 def _app_view(app):
-    version = app.version
     return [{"object": obj, "callback_url": sub["callback_url"], "active": True,
-             "fields": [{"name": f, "version": version} for f in sub["fields"]]}
+             "fields": [{"name": f, "version": sub["versions"].get(f, app.version)} for f in sub["fields"]]}
             for obj, sub in sorted(app.store.app_subscriptions.items())]
 
 
@@ -218,10 +221,11 @@ def app_subscriptions(app, req):
         raise fg.bad_param("The parameter verify_token is required")
     _handshake(app, obj, callback_url, verify_token)
     with app.store.lock:
-        sub = app.store.app_subscriptions.setdefault(obj, {"fields": []})
+        sub = app.store.app_subscriptions.setdefault(obj, {"fields": [], "versions": {}})
         sub["callback_url"] = callback_url
         sub["include_values"] = str(p.get("include_values") or "").lower() == "true"
         sub["fields"] += [f for f in fields if f not in sub["fields"]]
+        sub["versions"].update({f: req.version for f in fields})
     return fg.Response(200, {"success": True})
 
 
@@ -318,6 +322,18 @@ def c_drop(app, params, body):
     return {"ok": True}
 
 
+def c_field_version(app, params, body):
+    obj, field, version = body.get("object"), body.get("field"), body.get("version")
+    if not isinstance(version, str) or not re.fullmatch(r"v\d+\.\d+", version):
+        raise fg.ControlError("version must look like v21.0")
+    with app.store.lock:
+        sub = app.store.app_subscriptions.get(obj)
+        if not sub or field not in sub["fields"]:
+            raise fg.ControlError("the app has no %r subscription to %r" % (obj, field), 404)
+        sub["versions"][field] = version
+    return {"ok": True}
+
+
 # ---------------------------------------------------------------- install
 
 def install(module):
@@ -340,6 +356,7 @@ def install(module):
         comments._delivery_for = _delivery_with_subscriptions(comments._delivery_for)
     module.control("GET", "subscriptions")(c_subscriptions)
     module.control("POST", "subscribed_apps/drop")(c_drop)
+    module.control("POST", "subscriptions/version")(c_field_version)
 
 
 if __name__ == "__main__":
