@@ -23,10 +23,13 @@ local M = {}
 -- moderate comments (with their authors: pages_read_user_engagement),
 -- subscribe to their webhooks, and see Pages a Business Portfolio owns
 -- (business_management; without it those Pages are missing from the list).
+-- ads_read: Meta wants it (or ads_management) for Instagram publishing when
+-- the person's role on the Page came through Business Manager; without it
+-- such an account fails permission_missing, and reconnecting would not help.
 M.PERMISSIONS = {
   "pages_show_list", "pages_read_engagement", "pages_manage_posts", "pages_manage_engagement",
   "pages_manage_metadata", "instagram_basic", "instagram_content_publish", "instagram_manage_comments",
-  "pages_read_user_engagement", "business_management",
+  "pages_read_user_engagement", "business_management", "ads_read",
 }
 
 -- From "Connect" until the person has picked (the dialog may take a while).
