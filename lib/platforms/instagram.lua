@@ -1,7 +1,7 @@
 -- Instagram adapter (docs/publishing.md): three steps, with the container
 -- remembered in the target's adapter_state so that a container is never
 -- published twice; a target gets another only when its container expired
--- unpublished.
+-- unpublished or was not ready after the longest wait.
 --
 --   1. POST /{ig-user}/media (image_url, caption) -> container; saved at once.
 --      It is counted against Meta's limit of containers per account before
@@ -16,7 +16,9 @@
 --      (no container left to expire while waiting) and again before publishing.
 --
 -- A container already PUBLISHED means the media exists: find it, publish nothing.
--- One that EXPIRED (never published) is replaced by a new one.
+-- One that EXPIRED (never published) is replaced by a new one, and so is one
+-- still not ready after the longest wait (Meta asks to poll a container for
+-- at most 5 minutes): that attempt fails retryable, the next one starts anew.
 local graph = require "platforms.graph"
 local graph_errors = require "platforms.graph_errors"
 local quota = require "platforms.instagram_quota"
@@ -142,8 +144,9 @@ function M.publish(ctx)
   elseif status ~= "FINISHED" then
     local waited = clock.now() - (ctx.target.adapter_state.container_created_at or clock.now())
     if waited >= config.get("meta.instagram_container_max_wait_seconds") then
-      return graph.error("platform_unavailable", "Instagram has not prepared the media after "
-        .. math.floor(waited) .. " s (container " .. tostring(status) .. ").")
+      renew(ctx)
+      return graph.error("platform_unavailable", "Instagram had not prepared the media after "
+        .. math.floor(waited) .. " s (container " .. tostring(status) .. "); the next attempt makes a new container.")
     end
     return { status = "retry_later", retry_in = config.get("meta.instagram_container_poll_seconds") }
   end

@@ -38,7 +38,7 @@ local function start(fake, name, set)
   local company = cli(sgw, { "company", "create", "--name", "Insta Co" }).companyId
   local key = cli(sgw, { "client", "create", "--company", company, "--environment", "live",
     "--scopes", "accounts:read posts:read posts:write operations:read" }).apiKey
-  local t, ig = {}, nil
+  local t, ig = { sgw = sgw }, nil
   -- Posts from now on go to a new Instagram account (t.ig_user at Meta).
   function t.new_account()
     local page = fake.add_page({ name = "Insta page", instagram_business_account = true })
@@ -320,5 +320,44 @@ describe("Instagram containers", function()
     assert.is_true(math.abs(unix(waiting.nextAttemptAt) - (lost_at + WINDOW)) <= 1.5, waiting.nextAttemptAt)
     for _, body in ipairs(bodies) do assert.are.equal("succeeded", t.wait(body.operationId, 20).status) end
     assert.are.same({ 0, 1, 1 }, published({ "Lost answer", "After the lost answer A", "After the lost answer B" }))
+  end)
+end)
+
+describe("An Instagram container not ready in time", function()
+  local fake, t
+
+  setup(function()
+    fake = fake_graph.start({ latency_ms = 0 })
+    t = start(fake, "instagram_slow", { ["clock.allow_control"] = true, ["publishing.retry.max_attempts"] = 2 })
+  end)
+
+  teardown(function()
+    stack.cleanup()
+    fake_graph.stop_all()
+  end)
+
+  it("is given up after the longest wait; the next attempt publishes a new container, once", function()
+    fake.config({ container_ready_ms = 3600 * 1000 })
+    local body = t.publish("Slow container")
+    local first = stack.eventually(function()
+      local id = stack.psql(t.sgw.database_url, "SELECT coalesce(adapter_state->>'container_id', '') FROM post_targets "
+        .. "WHERE post_id = '" .. body.resource.postId .. "'")
+      return id ~= "" and #fake.requests({ method = "GET", path = "/" .. id }) >= 1 and id
+    end, 10, 0.05, "the first container to be asked about")
+    -- Containers made from now on are ready at once; the first one never is.
+    fake.config({ container_ready_ms = 0 })
+    -- Past meta.instagram_container_max_wait_seconds (300) on sgw's clock.
+    assert.are.equal(200, (t.sgw:admin("POST", "/clock/advance?seconds=301")))
+    assert.are.equal("succeeded", t.wait(body.operationId).status)
+    assert.are.equal(2, t.target(body.resource.postId).attempts)
+    local made = fake.requests({ method = "POST", path = "/" .. t.ig_user .. "/media" })
+    local published = fake.requests({ method = "POST", path = "/" .. t.ig_user .. "/media_publish" })
+    assert.are.equal(2, #made)
+    assert.are.equal(1, #published)
+    assert.are_not.equal(first, published[1].params.creation_id)
+    for _, r in ipairs(fake.requests({ method = "GET", path = "/" .. first })) do
+      assert.is_true(r.seq < made[2].seq, "the given-up container asked about again")
+    end
+    assert.are.equal(1, #fake.published(t.ig_user).data)
   end)
 end)
