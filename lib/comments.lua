@@ -61,6 +61,10 @@ local function versioned(col, version_col, rank_col)
     { version_col, newer(version_col, version_col, rank_col) },
     { rank_col, newer(rank_col, version_col, rank_col) }
 end
+-- How far an Instagram webhook's send time may be from the comment's own
+-- timestamp before the sync corrects it (see created_at below).
+M.INSTAGRAM_SEND_TIME_SLACK_SECONDS = 60
+
 local MERGE = {}
 for _, field in ipairs { { "text", "text_version", "text_rank" }, { "is_hidden", "hidden_version", "hidden_rank" },
     { "like_count", "like_version", "like_rank" } } do
@@ -76,8 +80,14 @@ for _, m in ipairs {
   { "author_name", [[CASE WHEN excluded.author_name IS NOT NULL AND (comments.author_name IS NULL
       OR ]] .. is_newer("version", "version_rank") .. [[) THEN excluded.author_name ELSE comments.author_name END]], shown = true },
   -- A row first seen through an edit, removal or hide learns its creation
-  -- time from the creation when that arrives.
-  { "created_at", [[CASE WHEN NOT comments.created_at_known AND excluded.created_at_known THEN excluded.created_at
+  -- time from the creation when that arrives. One first seen through an
+  -- Instagram webhook (whose only time is when Meta sent it) takes the
+  -- sync's timestamp only when they differ by more than a minute, i.e. for
+  -- a delivery Meta retried late: moving the row changes its place in the
+  -- listings, so it should move only when its time was really wrong.
+  { "created_at", [[CASE WHEN NOT comments.created_at_known AND excluded.created_at_known
+      AND (comments.platform <> 'instagram' OR abs(extract(epoch FROM excluded.created_at - comments.created_at)) > ]]
+      .. M.INSTAGRAM_SEND_TIME_SLACK_SECONDS .. [[) THEN excluded.created_at
       ELSE comments.created_at END]], shown = true },
   { "created_at_known", "comments.created_at_known OR excluded.created_at_known" },
   { "version", newer("version", "version", "version_rank") },

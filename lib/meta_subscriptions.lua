@@ -147,7 +147,10 @@ function M.check_app()
   local have = {}
   for _, sub in ipairs(type(listed.data) == "table" and listed.data or {}) do
     for _, f in ipairs(type(sub) == "table" and type(sub.fields) == "table" and sub.fields or {}) do
-      if type(f) == "table" then have[tostring(sub.object) .. "/" .. tostring(f.name)] = tostring(f.version) end
+      -- A field Meta lists without a version is there; nothing to compare.
+      if type(f) == "table" then
+        have[tostring(sub.object) .. "/" .. tostring(f.name)] = type(f.version) == "string" and f.version or ""
+      end
     end
   end
   local configured, problems = graph_version.configured().version, 0
@@ -158,7 +161,7 @@ function M.check_app()
     if not version then
       problems = problems + 1
       log.warn("meta_app_subscription_missing", detail)
-    elseif version ~= configured then
+    elseif version ~= configured and version ~= "" and configured ~= "unknown" then
       problems = problems + 1
       log.warn("meta_webhook_version_behind", detail)
     end

@@ -173,7 +173,8 @@ end
 
 -- After an unknown outcome the container's status tells: PUBLISHED means the
 -- media exists; anything else means the next attempt goes on with the same
--- container (and reports ERROR or EXPIRED itself).
+-- container (and reports ERROR or EXPIRED itself, or gives it up when it is
+-- still not ready after the longest wait).
 function M.resolve(ctx)
   local state = ctx.target.adapter_state or {}
   ctx.target.adapter_state = state

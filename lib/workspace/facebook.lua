@@ -23,14 +23,22 @@ local M = {}
 -- moderate comments (with their authors: pages_read_user_engagement),
 -- subscribe to their webhooks, and see Pages a Business Portfolio owns
 -- (business_management; without it those Pages are missing from the list).
--- ads_read: Meta wants it (or ads_management) for Instagram publishing when
--- the person's role on the Page came through Business Manager; without it
--- such an account fails permission_missing, and reconnecting would not help.
 M.PERMISSIONS = {
   "pages_show_list", "pages_read_engagement", "pages_manage_posts", "pages_manage_engagement",
   "pages_manage_metadata", "instagram_basic", "instagram_content_publish", "instagram_manage_comments",
-  "pages_read_user_engagement", "business_management", "ads_read",
+  "pages_read_user_engagement", "business_management",
 }
+
+-- What the dialog asks for. ads_read only when meta.request_ads_read is on:
+-- Meta wants it (or ads_management) for Instagram publishing when the
+-- person's role on the Page came through Business Manager, but a dialog
+-- asking for a permission the app was not given refuses everything
+-- ("Invalid Scopes"), so the operator turns it on once the app has it.
+function M.permissions()
+  local list = table.move(M.PERMISSIONS, 1, #M.PERMISSIONS, 1, {})
+  if config.get("meta.request_ads_read") == true then list[#list + 1] = "ads_read" end
+  return list
+end
 
 -- From "Connect" until the person has picked (the dialog may take a while).
 local ATTEMPT_SECONDS = 1800
@@ -62,7 +70,7 @@ function M.start(session)
   local dialog = config.get("meta.oauth_dialog_url")
   return dialog .. (dialog:find("?", 1, true) and "&" or "?") .. graph.encode({
     client_id = (app()), redirect_uri = M.redirect_uri(), state = state,
-    scope = table.concat(M.PERMISSIONS, ","), response_type = "code",
+    scope = table.concat(M.permissions(), ","), response_type = "code",
   })
 end
 
@@ -99,7 +107,7 @@ function M.declined(user_token)
     if p.status == "granted" then granted[p.permission] = true end
   end
   local out = {}
-  for _, name in ipairs(M.PERMISSIONS) do
+  for _, name in ipairs(M.permissions()) do
     if not granted[name] then out[#out + 1] = name end
   end
   return out

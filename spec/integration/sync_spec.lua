@@ -263,9 +263,14 @@ describe("comment sync", function()
       return tonumber(env.sql("SELECT extract(epoch FROM created_at) FROM comments WHERE id = '" .. c.id .. "'"))
     end
     assert.is_true(created_at() - made.comment.created > 7000, "until the sync, the delivery's time is shown")
+    -- One delivered within the minute keeps its place in the listings: the sync does not move it.
+    local prompt = t.fake_comment({ media_id = target.platformPostId, text = "Delivered soon enough",
+      written_seconds_ago = 20, from = { id = "17841400000000078", username = "prompt" } })
+    local shown = t.get(t.comment(post, prompt.comment.id).id).createdAt
     sync()
     assert.is_true(math.abs(created_at() - made.comment.created) < 1, "the comment's own timestamp after the sync")
     assert.are.equal("Written two hours ago", t.get(c.id).text)
+    assert.are.equal(shown, t.get(t.comment(post, prompt.comment.id).id).createdAt)
   end)
 
   it("applies what Instagram never announces: deletions, hides, unhides and edits", function()

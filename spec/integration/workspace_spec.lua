@@ -141,6 +141,7 @@ describe("the workspace", function()
         ["meta.oauth_dialog_url"] = fake.graph_url .. "/dialog/oauth",
         ["meta.app_id"] = APP_ID,
         ["meta.app_secret"] = APP_SECRET,
+        ["meta.request_ads_read"] = true,
         ["workspace.rate_limit_per_minute"] = 100000,
         ["workspace.login.free_failures"] = 2,
         ["workspace.login.delay_base_seconds"] = 600,
