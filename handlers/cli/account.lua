@@ -7,10 +7,11 @@
 -- A live account's token is first described by Meta's debug_token when the
 -- Meta app is set: one Meta calls invalid is refused (every call would fail
 -- with 190), so is a user token for a Facebook Page (Meta wants the Page's
--- own token: "(#200) ... posted to a page as the page itself"); one that
--- expires is connected with a warning (a Page token taken from a
--- short-lived user token lasts an hour). When Meta cannot be asked, the
--- account is connected unchecked, with a warning.
+-- own token: "(#200) ... posted to a page as the page itself") and another
+-- Page's token (debug_token's profile_id); one that expires is connected
+-- with a warning (a Page token taken from a short-lived user token lasts an
+-- hour). When Meta cannot be asked, the account is connected unchecked,
+-- with a warning.
 -- --facebook-user-id: the Facebook user whose consent gave the token (Meta's
 -- deauthorize and data-deletion callbacks find the account by it). Without
 -- it, debug_token's user_id is taken; unknown when there is none.
@@ -37,6 +38,13 @@ local function described_token(flags)
     return nil, nil, "this is a user access token; a Facebook Page publishes only with its own Page token "
       .. "(GET /" .. flags["platform-account-id"] .. "?fields=access_token with this user token gives it); "
       .. "nothing was connected"
+  end
+  -- A Page token names its Page (profile_id): another Page's token would be
+  -- refused on every call.
+  local page = flags.platform == "facebook" and flags["platform-account-id"] or flags["page-id"]
+  if data.type == "PAGE" and data.profile_id ~= nil and page and tostring(data.profile_id) ~= page then
+    return nil, nil, "this is the Page token of Page " .. tostring(data.profile_id) .. ", not of Page " .. page
+      .. "; nothing was connected"
   end
   local expires = math.tointeger(tonumber(data.expires_at))
   if expires and expires > 0 then
