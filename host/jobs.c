@@ -214,7 +214,8 @@ static int protected_call(lua_State *L, lua_CFunction f, void *ud, char *err, si
 
 /* ------------------------------------------------------------ finishing */
 
-typedef enum { OUT_DONE, OUT_RETRY_IN, OUT_FAILED, OUT_DEAD } outcome;
+/* OUT_WAIT: rescheduled like OUT_RETRY_IN, and the run was no attempt. */
+typedef enum { OUT_DONE, OUT_RETRY_IN, OUT_WAIT, OUT_FAILED, OUT_DEAD } outcome;
 
 static void flush_done(runner *r);
 
@@ -244,14 +245,17 @@ static void finish_job(runner *r, job *j, outcome out, double secs, const char *
         r->done[r->ndone++] = j->id;
         log_msg(LOG_DEBUG, "job_done", "job %lld (%s) done on attempt %d", j->id, j->kind, j->attempts);
         count(j, "done");
-    } else if (out == OUT_RETRY_IN) {
+    } else if (out == OUT_RETRY_IN || out == OUT_WAIT) {
         snprintf(num, sizeof num, "%.3f", secs);
         const char *v[] = { id, r->locker, num };
         res = exec_sql(r, "rescheduling a job",
-                       "UPDATE jobs SET run_at = now() + make_interval(secs => $3), locked_by = NULL, "
-                       "locked_until = NULL WHERE id = $1 AND locked_by = $2",
+                       out == OUT_WAIT
+                           ? "UPDATE jobs SET run_at = now() + make_interval(secs => $3), attempts = attempts - 1, "
+                             "locked_by = NULL, locked_until = NULL WHERE id = $1 AND locked_by = $2"
+                           : "UPDATE jobs SET run_at = now() + make_interval(secs => $3), locked_by = NULL, "
+                             "locked_until = NULL WHERE id = $1 AND locked_by = $2",
                        3, v, PGRES_COMMAND_OK);
-        count(j, "retry");
+        count(j, out == OUT_WAIT ? "wait" : "retry");
     } else if (out == OUT_DEAD) {
         const char *v[] = { id, r->locker, msg };
         res = exec_sql(r, "burying a job",
@@ -322,9 +326,10 @@ static void flush_done(runner *r) {
 typedef struct result_read {
     int    has_retry;
     double retry_in;
+    int    no_attempt;
 } result_read;
 
-/* read_result(value, rr): reads {retry_in = s}. */
+/* read_result(value, rr): reads {retry_in = s, attempt = false}. */
 static int read_result(lua_State *L) {
     result_read *rr = lua_touserdata(L, 2);
     lua_getfield(L, 1, "retry_in");
@@ -333,6 +338,12 @@ static int read_result(lua_State *L) {
         rr->retry_in = lua_tonumber(L, -1);
         if (!(rr->retry_in >= 0) || rr->retry_in > 365.0 * 86400) return luaL_error(L, "retry_in is out of range");
         rr->has_retry = 1;
+    }
+    lua_getfield(L, 1, "attempt");
+    if (!lua_isnil(L, -1)) {
+        if (!lua_isboolean(L, -1)) return luaL_error(L, "attempt must be a boolean");
+        if (!rr->has_retry) return luaL_error(L, "attempt is meaningful only with retry_in");
+        rr->no_attempt = !lua_toboolean(L, -1);
     }
     return 0;
 }
@@ -360,8 +371,8 @@ static void resume_job(runner *r, job *j, int nargs) {
         finish_job(r, j, OUT_FAILED, 0, m);
         return;
     }
-    /* Returned: nothing (done) or {retry_in = s}. */
-    result_read rr = { 0, 0 };
+    /* Returned: nothing (done) or {retry_in = s[, attempt = false]}. */
+    result_read rr = { 0, 0, 0 };
     if (nres > 0 && lua_type(co, -nres) == LUA_TTABLE) {
         lua_State *L = r->w.L;
         if (!lua_checkstack(L, 4) || !lua_checkstack(co, 1)) {
@@ -383,7 +394,7 @@ static void resume_job(runner *r, job *j, int nargs) {
         }
         lua_settop(L, top);
     }
-    if (rr.has_retry) finish_job(r, j, OUT_RETRY_IN, rr.retry_in, NULL);
+    if (rr.has_retry) finish_job(r, j, rr.no_attempt ? OUT_WAIT : OUT_RETRY_IN, rr.retry_in, NULL);
     else finish_job(r, j, OUT_DONE, 0, NULL);
 }
 

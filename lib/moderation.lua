@@ -229,8 +229,9 @@ local function settle(row, payload, outcome, attempts)
   end
   local e = outcome.error or { code = "platform_unavailable", message = "No answer from the platform." }
   -- A wait while Meta throttles the account or the app made no call: it is
-  -- no attempt, and the operation goes on when the pause ends.
-  if e.paused then return { retry_in = e.retry_after } end
+  -- no attempt (the job's count stays), and the operation goes on when the
+  -- pause ends.
+  if e.paused then return { retry_in = e.retry_after, attempt = false } end
   if graph_errors.retryable(e.code) and retry.should_retry(e.code, attempts) then
     return { retry_in = retry.delay(attempts, { retry_after = e.retry_after }) }
   end
@@ -238,7 +239,8 @@ local function settle(row, payload, outcome, attempts)
 end
 
 -- The job (handlers/jobs/moderate_comment.lua): nil when the operation is
--- over, or {retry_in = s}. `attempts` counts the job's runs, this one included.
+-- over, or {retry_in = s}. `attempts` counts the job's runs that were
+-- attempts, this one included (a wait for a pause is none).
 function M.run(payload, attempts)
   local row = begin(payload.operationId)
   if not row then return nil end

@@ -6,7 +6,8 @@
 -- Nothing in the product enqueues it.
 --
 -- payload: url, timeout (seconds), fail (an error message to raise after
--- recording), retry_in (asks to run again once, after that many seconds).
+-- recording), retry_in (asks to run again once, after that many seconds),
+-- waits (asks to run again at once that many times, each run no attempt).
 return function(payload, job)
   local res, err, kind
   if payload.url then
@@ -23,5 +24,9 @@ return function(payload, job)
   end
   if payload.retry_in and job.attempts == 1 then
     return { retry_in = payload.retry_in }
+  end
+  if payload.waits then
+    local runs = tonumber(assert(db.query("SELECT count(*) AS n FROM job_selftest_results WHERE job_id = $1", job.id))[1].n)
+    if runs <= payload.waits then return { retry_in = 0, attempt = false } end
   end
 end

@@ -147,7 +147,7 @@ describe("job runner", function()
     assert.equal(0, sgw.stop())
   end)
 
-  it("reschedules a job that returns {retry_in = s}", function()
+  it("reschedules a job that returns {retry_in = s}, and counts no attempt with attempt = false", function()
     local sgw = stack.start_sgw({
       name = "jobs_retry_in",
       set = { ["jobs.workers"] = 1, ["jobs.poll_interval_ms"] = 100 },
@@ -160,6 +160,14 @@ describe("job runner", function()
     assert.equal("1,2", stack.psql(db, "SELECT string_agg(attempt::text, ',' ORDER BY attempt) FROM job_selftest_results"))
     local gap = tonumber(stack.psql(db, "SELECT extract(epoch FROM max(created_at) - min(created_at)) FROM job_selftest_results"))
     assert.is_true(gap >= 0.9, "ran again after " .. gap .. " s")
+
+    -- {retry_in = s, attempt = false}: a wait, not an attempt; the count stays.
+    stack.psql(db, "DELETE FROM job_selftest_results")
+    enqueue(db, 1, { waits = 3 })
+    stack.eventually(function()
+      return count(db, "SELECT count(*) FROM jobs") == 0
+    end, 15, 0.1, "the waiting job did not complete" .. log_tail(sgw))
+    assert.equal("1,1,1,1", stack.psql(db, "SELECT string_agg(attempt::text, ',' ORDER BY created_at) FROM job_selftest_results"))
     assert.equal(0, sgw.stop())
   end)
 

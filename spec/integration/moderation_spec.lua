@@ -436,6 +436,8 @@ describe("moderation", function()
         return env.count("SELECT count(*) FROM jobs WHERE kind = 'moderate_comment' AND run_at > now() + interval '30 seconds'") == 2
       end, 10, 0.05, "the hide to wait for the pause")
       assert.are.equal(calls, #fake.requests({ method = "POST" }))
+      assert.are.equal(0, env.count("SELECT attempts FROM jobs WHERE payload->>'operationId' = '" .. hide.operationId
+        .. "'"), "a wait for the pause is no attempt")
       assert.are.equal(200, (env.sgw:admin("POST", "/clock/advance?seconds=61")))
       op = t.wait(body.operationId, 30)
       assert.are.equal("succeeded", op.status, cjson.encode(op))
