@@ -16,6 +16,11 @@
 --                     has numbered yet are kept whatever their age, so the
 --                     feed starts at the oldest change still kept
 --
+-- Instagram container slots (platforms.instagram_quota) are no history:
+-- they go once they leave meta.instagram_container_window_seconds, for
+-- every account (an account's own go when it takes a new slot; an idle or
+-- disconnected one takes none).
+--
 -- Events, delivery attempts, Meta deliveries and comment changes live in
 -- daily partitions (lib/partitions.lua): a day that ended that many days
 -- ago is dropped whole, unless it holds a row the kind keeps (an
@@ -90,6 +95,14 @@ function M.run()
       deleted[kind.name] = n
       if n > 0 then metrics.inc("sgw_retention_deleted_total", { kind = kind.name }, n) end
     end
+  end
+  local n = assert(db.exec([[DELETE FROM instagram_containers WHERE id IN (
+      SELECT id FROM instagram_containers WHERE made_at <= now() - make_interval(secs => $1)
+       ORDER BY made_at LIMIT $2)]], config.get("meta.instagram_container_window_seconds"), batch))
+  if n >= batch then more = true end
+  if n > 0 then
+    deleted.instagram_containers = n
+    metrics.inc("sgw_retention_deleted_total", { kind = "instagram_containers" }, n)
   end
   return deleted, more
 end

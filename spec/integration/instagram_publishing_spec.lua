@@ -5,6 +5,7 @@
 local stack = require "stack"
 local fake_graph = require "fake_graph"
 local cjson = require "cjson.safe"
+local job_queue = require "job_queue"
 
 local cli = stack.cli
 
@@ -286,6 +287,19 @@ describe("Instagram containers", function()
     assert.is_true(made[3].at >= made[1].at + WINDOW - 0.5,
       ("the third container %.2f s after the first"):format(made[3].at - made[1].at))
     assert.are.same({ 1, 1, 1 }, published({ "Container 1", "Container 2", "Container 3" }))
+  end)
+
+  it("forgets the slots that left the window, also of an account that makes no more containers", function()
+    local db = t.sgw.database_url
+    -- One slot past the window, one that stays in it however slow this machine is.
+    stack.psql(db, "INSERT INTO instagram_containers (social_account_id, made_at) VALUES "
+      .. "('acc_idle', now() - interval '" .. (WINDOW + 5) .. " seconds'), ('acc_idle', now() + interval '1 hour')")
+    job_queue.enqueue(db, "retention", 1, {}, 3)
+    stack.eventually(function()
+      return job_queue.count(db, "SELECT count(*) FROM jobs WHERE kind = 'retention'") == 0
+    end, 30, 0.05, "the retention job to finish")
+    assert.are.equal("1:true", stack.psql(db, "SELECT count(*) || ':' || bool_and(made_at > now()) "
+      .. "FROM instagram_containers WHERE social_account_id = 'acc_idle'"))
   end)
 
   it("does not count a container Meta refused to make", function()
