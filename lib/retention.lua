@@ -96,9 +96,12 @@ function M.run()
       if n > 0 then metrics.inc("sgw_retention_deleted_total", { kind = kind.name }, n) end
     end
   end
+  -- SKIP LOCKED: rows a slot reservation is deleting at the same moment
+  -- (under its account's lock, in its own order) are left to it, so the two
+  -- can never wait on each other.
   local n = assert(db.exec([[DELETE FROM instagram_containers WHERE id IN (
       SELECT id FROM instagram_containers WHERE made_at <= now() - make_interval(secs => $1)
-       ORDER BY made_at LIMIT $2)]], config.get("meta.instagram_container_window_seconds"), batch))
+       ORDER BY made_at LIMIT $2 FOR UPDATE SKIP LOCKED)]], config.get("meta.instagram_container_window_seconds"), batch))
   if n >= batch then more = true end
   if n > 0 then
     deleted.instagram_containers = n

@@ -109,9 +109,10 @@ return cli.command {
     { name = "add", summary = "connect a Page or Instagram account; prints {\"accountId\"}",
       about = "Connects a Facebook Page or Instagram professional account to a company with a token.\n"
         .. "While the Meta app is set, a live account's token is described by Meta first: an invalid\n"
-        .. "one, or a user token for a Facebook Page, is refused; one that expires is connected with a\n"
-        .. "warning. A live account's Page is subscribed to the app's webhooks; a failed subscription\n"
-        .. "is said on standard error, the account stays connected and the periodic check tries again.",
+        .. "one, a user token for a Facebook Page, or another Page's token is refused; one that expires\n"
+        .. "is connected with a warning. A live account's Page is subscribed to the app's webhooks; a\n"
+        .. "failed subscription is said on standard error, the account stays connected and the\n"
+        .. "periodic check tries again.",
       flags = {
         { "company", "ID", "the company it belongs to", required = true },
         { "environment", "live|test", "live: Meta's Graph API; test: the sandbox", required = true },
