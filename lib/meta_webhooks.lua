@@ -136,14 +136,18 @@ function M.normalize(delivery, accounts)
   end
   for e, entry in ipairs(delivery.entry) do
     local entry_id = type(entry) == "table" and str(entry.id)
+    -- Facebook Login nests the changes under changes[]; an app of Instagram
+    -- Login gets one change as field/value on the entry itself.
+    local changes = entry_id and (type(entry.changes) == "table" and entry.changes
+      or (entry.field ~= nil and type(entry.value) == "table" and { { field = entry.field, value = entry.value } }))
     if not entry_id then
       skip(e, nil, "missing entry id")
-    elseif type(entry.changes) ~= "table" then
+    elseif not changes then
       skip(e, nil, "entry without changes")
     else
       local ids = accounts(kind.platform, entry_id) or {}
       local entry_time = seconds(entry.time)
-      for c, change in ipairs(entry.changes) do
+      for c, change in ipairs(changes) do
         local o, why
         if type(change) ~= "table" or type(change.value) ~= "table" then
           why = "change without a value"

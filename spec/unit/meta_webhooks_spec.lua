@@ -121,6 +121,15 @@ describe("meta_webhooks.normalize", function()
     assert.is_true(obs[2].is_from_account)
   end)
 
+  it("takes an Instagram change given as field and value on the entry (Instagram Login's shape)", function()
+    local o = one({ object = "instagram", entry = { { id = IG, time = 1742667000, field = "comments",
+      value = { from = { id = "178400001", username = "ann" }, id = "17900000000000004",
+        media = { id = "17850000000000001" }, text = "Flat" } } } })
+    assert.are.same({ "17900000000000004", "Flat", "17850000000000001" }, { o.platform_comment_id, o.text, o.platform_post_id })
+    local obs, skipped = mw.normalize({ object = "instagram", entry = { { id = IG, time = 1742667000 } } }, accounts)
+    assert.are.same({ 0, "entry without changes" }, { #obs, skipped[1].reason })
+  end)
+
   it("takes an Instagram comment's own created_time when the delivery has one", function()
     local o = one({ object = "instagram", entry = { { id = IG, time = 1742667000, changes = {
       { field = "comments", value = { from = { id = "178400001", username = "ann" }, id = "17900000000000003",
