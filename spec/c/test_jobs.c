@@ -1,0 +1,291 @@
+/*
+ * test_jobs.c — the job runner (jobs.c) with a real job worker thread, its
+ * Lua state built by luart.c from a small handlers tree the test writes,
+ * against a database of its own made in the PostgreSQL named by
+ * SGW_TEST_DATABASE_URL (skipped without it). Each kind of job records its
+ * runs in a table, and the test reads what the jobs table and those runs say
+ * once the queue is empty: a job that returns nothing is done and deleted;
+ * {retry_in = s} runs it again as a new attempt; {retry_in = s, attempt =
+ * false} runs it again and gives the run back; an error retries it until
+ * max_attempts, then buries it with its last error; a result the runner
+ * cannot read, and a kind without a handler, fail the same way.
+ */
+#include "sgw.h"
+
+#include <libpq-fe.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+
+/* ------------------------------------------------------------ handlers */
+
+/* Every kind records its run first: runs(job_id, attempt). */
+#define RECORD "assert(db.exec('INSERT INTO runs (job_id, attempt) VALUES ($1, $2)', job.id, job.attempts))\n"
+#define RUNS   "local n = tonumber(assert(db.query('SELECT count(*) AS n FROM runs WHERE job_id = $1', job.id))[1].n)\n"
+
+static const struct { const char *file, *text; } tree[] = {
+    { "lib/dispatch.lua", "return { handle = function() return 404, {}, '' end }\n" },
+    { "handlers/routes.lua", "return { { method = 'GET', path = '/ping', handler = 'ping', auth = false } }\n" },
+    { "handlers/ping.lua", "return function() end\n" },
+    { "handlers/timers.lua", "return {}\n" },
+    { "handlers/jobs/t_done.lua", "return function(payload, job)\n" RECORD "end\n" },
+    /* payload.times more runs, each an attempt */
+    { "handlers/jobs/t_retry.lua",
+      "return function(payload, job)\n" RECORD RUNS
+      "  if n <= payload.times then return { retry_in = 0 } end\n"
+      "end\n" },
+    /* payload.waits more runs, none an attempt */
+    { "handlers/jobs/t_wait.lua",
+      "return function(payload, job)\n" RECORD RUNS
+      "  if n <= payload.waits then return { retry_in = 0, attempt = false } end\n"
+      "end\n" },
+    { "handlers/jobs/t_raise.lua", "return function(payload, job)\n" RECORD "  error('boom on ' .. job.attempts, 0)\nend\n" },
+    { "handlers/jobs/t_bad_delay.lua", "return function() return { retry_in = 'soon' } end\n" },
+    { "handlers/jobs/t_lone_attempt.lua", "return function() return { attempt = false } end\n" },
+    { "handlers/jobs/t_bad_attempt.lua", "return function() return { retry_in = 0, attempt = 'no' } end\n" },
+};
+#define NTREE (sizeof tree / sizeof tree[0])
+
+static char root[512];
+
+static int make_root(void) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(root, sizeof root, "%s/sgw_test_jobs_XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(root)) return -1;
+    static const char *dirs[] = { "lib", "handlers", "handlers/jobs" };
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        char dir[600];
+        snprintf(dir, sizeof dir, "%s/%s", root, dirs[i]);
+        if (mkdir(dir, 0700)) return -1;
+    }
+    for (size_t i = 0; i < NTREE; i++) {
+        char path[700];
+        snprintf(path, sizeof path, "%s/%s", root, tree[i].file);
+        FILE *f = fopen(path, "w");
+        if (!f) return -1;
+        int ok = fputs(tree[i].text, f) >= 0;
+        if (fclose(f) != 0 || !ok) return -1;
+    }
+    return 0;
+}
+
+static void remove_root(void) {
+    for (size_t i = 0; i < NTREE; i++) {
+        char path[700];
+        snprintf(path, sizeof path, "%s/%s", root, tree[i].file);
+        remove(path);
+    }
+    static const char *dirs[] = { "handlers/jobs", "handlers", "lib", "" };
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        char dir[600];
+        snprintf(dir, sizeof dir, "%s/%s", root, dirs[i]);
+        rmdir(dir);
+    }
+}
+
+/* ------------------------------------------------------------ database */
+
+static PGconn *db;      /* the test's own connection to its database */
+
+static int exec_ok(PGconn *c, const char *sql) {
+    PGresult *res = PQexec(c, sql);
+    int ok = PQresultStatus(res) == PGRES_COMMAND_OK || PQresultStatus(res) == PGRES_TUPLES_OK;
+    if (!ok) printf("SQL failed: %s: %s", sql, PQerrorMessage(c));
+    PQclear(res);
+    return ok;
+}
+
+/* The one value a query selects, in buf ("" for NULL or no row). */
+static const char *value(const char *sql, char *buf, size_t len) {
+    PGresult *res = PQexec(db, sql);
+    buf[0] = 0;
+    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 && !PQgetisnull(res, 0, 0))
+        snprintf(buf, len, "%s", PQgetvalue(res, 0, 0));
+    else if (PQresultStatus(res) != PGRES_TUPLES_OK)
+        printf("SQL failed: %s: %s", sql, PQerrorMessage(db));
+    PQclear(res);
+    return buf;
+}
+
+static char *read_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *text = NULL;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long n = ftell(f);
+        if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (text = malloc((size_t)n + 1))) {
+            if (fread(text, 1, (size_t)n, f) != (size_t)n) {
+                free(text);
+                text = NULL;
+            } else {
+                text[n] = 0;
+            }
+        }
+    }
+    fclose(f);
+    return text;
+}
+
+/* url with its database name replaced by name. */
+static void with_database(const char *url, const char *name, char *out, size_t len) {
+    const char *slash = strrchr(url, '/');
+    const char *query = strchr(url, '?');
+    int head = slash ? (int)(slash - url) : (int)strlen(url);
+    snprintf(out, len, "%.*s/%s%s", head, url, name, query ? query : "");
+}
+
+/* ------------------------------------------------------------ the tests */
+
+typedef struct job_spec {
+    const char *name, *kind, *payload;
+    int max_attempts;
+    long long id;
+} job_spec;
+
+static job_spec jobs[] = {
+    { "done", "t_done", "{}", 10, 0 },
+    { "retry", "t_retry", "{\"times\": 2}", 10, 0 },
+    { "wait", "t_wait", "{\"waits\": 3}", 10, 0 },
+    { "raise", "t_raise", "{}", 2, 0 },
+    { "bad delay", "t_bad_delay", "{}", 1, 0 },
+    { "lone attempt", "t_lone_attempt", "{}", 1, 0 },
+    { "bad attempt", "t_bad_attempt", "{}", 1, 0 },
+    { "unknown kind", "t_no_such_kind", "{}", 1, 0 },
+};
+#define NJOBS (sizeof jobs / sizeof jobs[0])
+
+static void enqueue_all(void) {
+    for (size_t i = 0; i < NJOBS; i++) {
+        char sql[512], buf[32];
+        snprintf(sql, sizeof sql, "INSERT INTO jobs (kind, payload, max_attempts) VALUES ('%s', '%s', %d) RETURNING id",
+                 jobs[i].kind, jobs[i].payload, jobs[i].max_attempts);
+        jobs[i].id = strtoll(value(sql, buf, sizeof buf), NULL, 10);
+    }
+    exec_ok(db, "NOTIFY sgw_jobs");
+}
+
+/* Waits, with a deadline, until no job is pending. */
+static int queue_settled(void) {
+    uint64_t deadline = clock_mono_ms() + 30000;
+    char buf[32];
+    while (clock_mono_ms() < deadline) {
+        if (strcmp(value("SELECT count(*) FROM jobs WHERE status = 'pending'", buf, sizeof buf), "0") == 0) return 1;
+        usleep(20000);
+    }
+    return 0;
+}
+
+static const char *runs_of(const job_spec *j, char *buf, size_t len) {
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "SELECT coalesce(string_agg(attempt::text, ',' ORDER BY seq), '') FROM runs WHERE job_id = %lld", j->id);
+    return value(sql, buf, len);
+}
+
+static const char *job_row(const job_spec *j, char *buf, size_t len) {
+    char sql[256];
+    snprintf(sql, sizeof sql, "SELECT status || ' ' || attempts || ' ' || coalesce(last_error, '-') FROM jobs WHERE id = %lld",
+             j->id);
+    return value(sql, buf, len);
+}
+
+static void test_outcomes(void) {
+    enqueue_all();
+    check(queue_settled(), "every job ran until done or dead", NULL);
+    char runs[256], row[4300];
+
+    check(strcmp(job_row(&jobs[0], row, sizeof row), "") == 0, "a job that returns nothing is deleted", row);
+    check(strcmp(runs_of(&jobs[0], runs, sizeof runs), "1") == 0, "it ran once, as attempt 1", runs);
+
+    check(strcmp(job_row(&jobs[1], row, sizeof row), "") == 0, "a job that asked to run again twice is done", row);
+    check(strcmp(runs_of(&jobs[1], runs, sizeof runs), "1,2,3") == 0, "each run of {retry_in} is an attempt", runs);
+
+    check(strcmp(job_row(&jobs[2], row, sizeof row), "") == 0, "a job that waited three times is done", row);
+    check(strcmp(runs_of(&jobs[2], runs, sizeof runs), "1,1,1,1") == 0,
+          "a run that returned {retry_in, attempt = false} is given back", runs);
+
+    job_row(&jobs[3], row, sizeof row);
+    check(strncmp(row, "dead 2 boom on 2", 16) == 0, "an error retries until max_attempts, then buries the job", row);
+    check(strcmp(runs_of(&jobs[3], runs, sizeof runs), "1,2") == 0, "two attempts of the failing job", runs);
+
+    job_row(&jobs[4], row, sizeof row);
+    check(strncmp(row, "dead 1 ", 7) == 0 && strstr(row, "retry_in must be a number of seconds"),
+          "a retry_in that is no number fails the job", row);
+    job_row(&jobs[5], row, sizeof row);
+    check(strncmp(row, "dead 1 ", 7) == 0 && strstr(row, "attempt is meaningful only with retry_in"),
+          "attempt without retry_in fails the job", row);
+    job_row(&jobs[6], row, sizeof row);
+    check(strncmp(row, "dead 1 ", 7) == 0 && strstr(row, "attempt must be a boolean"),
+          "an attempt that is no boolean fails the job", row);
+    job_row(&jobs[7], row, sizeof row);
+    check(strncmp(row, "dead 1 ", 7) == 0 && strstr(row, "unknown job kind"), "a kind without a handler is buried", row);
+}
+
+/* ------------------------------------------------------------ main */
+
+int main(void) {
+    const char *url = getenv("SGW_TEST_DATABASE_URL");
+    if (!url || !*url) {
+        printf("SKIP: SGW_TEST_DATABASE_URL not set\n");
+        return 0;
+    }
+    char err[512], name[64], own_url[1024];
+    snprintf(name, sizeof name, "sgw_test_jobs_%ld", (long)getpid());
+    with_database(url, name, own_url, sizeof own_url);
+
+    PGconn *admin = PQconnectdb(url);
+    if (PQstatus(admin) != CONNECTION_OK) {
+        printf("cannot connect to SGW_TEST_DATABASE_URL: %s", PQerrorMessage(admin));
+        PQfinish(admin);
+        return 1;
+    }
+    char sql[256];
+    snprintf(sql, sizeof sql, "CREATE DATABASE %s", name);
+    db = NULL;
+    char *schema = read_file("migrations/0001_jobs.sql");
+    int ready = schema && exec_ok(admin, sql);
+    if (ready) {
+        db = PQconnectdb(own_url);
+        ready = PQstatus(db) == CONNECTION_OK && exec_ok(db, "SET client_min_messages = warning") &&
+                exec_ok(db, schema) &&
+                exec_ok(db, "CREATE TABLE runs (seq bigserial PRIMARY KEY, job_id bigint, attempt integer)");
+    }
+    free(schema);
+
+    if (ready && (config_load_file("config/sgw.conf", 1, err, sizeof err) ||
+                  config_set("database.url", own_url, err, sizeof err) ||
+                  config_set("redis.url", "", err, sizeof err) ||
+                  config_set("jobs.poll_interval_ms", "50", err, sizeof err) ||
+                  config_set("jobs.retry_base_seconds", "0.05", err, sizeof err) ||
+                  config_set("jobs.retry_max_seconds", "0.1", err, sizeof err))) {
+        printf("config: %s\n", err);
+        ready = 0;
+    }
+    log_set_level(LOG_ERROR);   /* the failures the tests cause are expected */
+    if (ready && (shared_start(err, sizeof err) || make_root() || luart_init(root, err, sizeof err))) {
+        printf("handlers: %s\n", err);
+        ready = 0;
+    }
+    if (ready && jobs_start(1) == 0) {
+        test_outcomes();
+        jobs_stop();
+    } else {
+        check(0, "the job runner starts", err);
+    }
+
+    luart_shutdown();
+    shared_stop();
+    config_free();
+    remove_root();
+    if (db) PQfinish(db);
+    snprintf(sql, sizeof sql, "DROP DATABASE IF EXISTS %s", name);
+    exec_ok(admin, sql);
+    PQfinish(admin);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
