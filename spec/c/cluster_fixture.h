@@ -9,6 +9,8 @@
 #ifndef SGW_SPEC_CLUSTER_FIXTURE_H
 #define SGW_SPEC_CLUSTER_FIXTURE_H
 
+#include "free_port.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -42,21 +44,6 @@ typedef struct test_cluster {
 
 extern char **environ;
 
-static int cluster_free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {0};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t alen = sizeof a;
-    int port = -1;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &alen) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0)
-        close(fd);
-    return port;
-}
 
 /* Waits (up to 20 s) for cond(c, arg) to hold, asking again every 20 ms. */
 static int cluster_eventually(test_cluster *c, int (*cond)(test_cluster *, int), int arg)
@@ -191,10 +178,10 @@ static int cluster_start(test_cluster *c)
     int at = snprintf(create, sizeof create, "redis-cli --cluster create");
     for (int i = 0; i < CLUSTER_NODES; i++) {
         cluster_node *n = &c->node[i];
-        n->port = cluster_free_port();
+        n->port = test_free_port();
         char port[16], bus[16], conf[600], log[600];
         snprintf(port, sizeof port, "%d", n->port);
-        snprintf(bus, sizeof bus, "%d", cluster_free_port());
+        snprintf(bus, sizeof bus, "%d", test_free_port());
         snprintf(conf, sizeof conf, "%s/nodes-%d.conf", c->dir, n->port);
         snprintf(log, sizeof log, "%s/redis-%d.log", c->dir, n->port);
         char *argv[] = {"redis-server", "--port", port, "--cluster-port", bus, "--bind", "127.0.0.1",

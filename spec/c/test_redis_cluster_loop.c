@@ -293,7 +293,7 @@ static void test_cluster_loop(void)
      * slot, a node that is gone (a free port). Each call finds the node
      * refusing, waits for the map being read and goes by it: answered, none
      * failed. Before, every call failed until the map had come. */
-    int gone = cluster_free_port();
+    int gone = test_free_port();
     const char *slept =
         "local v, e, class = redis.call('INCR', K .. '{' .. TAG[I % 3 + 1] .. '}slept')\n"
         "check(math.type(v) == 'integer', 'answered by the node the new map names', tostring(e))\n";
