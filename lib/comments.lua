@@ -90,6 +90,8 @@ for _, m in ipairs {
       .. M.INSTAGRAM_SEND_TIME_SLACK_SECONDS .. [[) THEN excluded.created_at
       ELSE comments.created_at END]], shown = true },
   { "created_at_known", "comments.created_at_known OR excluded.created_at_known" },
+  -- Facebook's can_hide, as the last sync that read it said (not shown).
+  { "can_hide", "coalesce(excluded.can_hide, comments.can_hide)" },
   { "version", newer("version", "version", "version_rank") },
   { "version_rank", newer("version_rank", "version", "version_rank") },
 } do MERGE[#MERGE + 1] = m end
@@ -125,7 +127,7 @@ WITH obs AS (
     FROM jsonb_to_recordset($1::jsonb) AS o(id text, social_account_id text, platform text, platform_post_id text,
            platform_comment_id text, parent_platform_comment_id text, text text, author_platform_id text,
            author_name text, is_from_account boolean, is_hidden boolean, is_deleted boolean, like_count integer,
-           created_at double precision, version double precision, rank smallint)
+           created_at double precision, version double precision, rank smallint, can_hide boolean)
     -- Only comments on targets we published; anything else is not ours.
     JOIN post_targets t ON t.social_account_id = o.social_account_id AND t.platform_post_id = o.platform_post_id
                        AND t.platform = o.platform AND t.status = 'published'
@@ -133,14 +135,15 @@ WITH obs AS (
   INSERT INTO comments (id, company_id, environment, post_target_id, post_id, social_account_id, platform,
       platform_comment_id, platform_post_id, parent_platform_comment_id, text, author_platform_id, author_name,
       is_from_account, is_hidden, is_deleted, like_count, created_at, created_at_known, version, version_rank,
-      text_version, text_rank, hidden_version, hidden_rank, like_version, like_rank)
+      text_version, text_rank, hidden_version, hidden_rank, like_version, like_rank, can_hide)
   SELECT id, company_id, environment, target_id, post_id, social_account_id, platform,
       platform_comment_id, platform_post_id, parent_platform_comment_id, text, author_platform_id, author_name,
       coalesce(is_from_account, false), coalesce(is_hidden, false), coalesce(is_deleted, false), coalesce(like_count, 0),
       to_timestamp(coalesce(created_at, version)), created_at IS NOT NULL, version, coalesce(rank, 0),
       CASE WHEN text IS NOT NULL THEN version END, CASE WHEN text IS NOT NULL THEN coalesce(rank, 0) END,
       CASE WHEN is_hidden IS NOT NULL THEN version END, CASE WHEN is_hidden IS NOT NULL THEN coalesce(rank, 0) END,
-      CASE WHEN like_count IS NOT NULL THEN version END, CASE WHEN like_count IS NOT NULL THEN coalesce(rank, 0) END
+      CASE WHEN like_count IS NOT NULL THEN version END, CASE WHEN like_count IS NOT NULL THEN coalesce(rank, 0) END,
+      can_hide
     FROM obs
     -- One lock order for every caller, so concurrent batches cannot deadlock.
     ORDER BY social_account_id, platform_comment_id

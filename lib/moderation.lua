@@ -97,7 +97,7 @@ end
 local LOAD_SQL = [[
   SELECT o.id, o.status, o.company_id, o.environment, o.client_id, o.resource_id AS comment_id, o.trigger,
          extract(epoch FROM o.created_at)::float8 AS requested_at,
-         c.platform_comment_id, c.parent_platform_comment_id, c.platform_post_id,
+         c.platform_comment_id, c.parent_platform_comment_id, c.platform_post_id, c.can_hide,
          a.id AS account_id, a.platform, a.platform_account_id, a.access_token_enc, a.status AS account_status,
          a.status_reason AS account_reason, a.name, a.username
     FROM operations o
@@ -139,7 +139,7 @@ local function context(row, payload)
   return {
     account = account,
     comment = { platform_comment_id = row.platform_comment_id, platform_post_id = row.platform_post_id,
-      parent_platform_comment_id = row.parent_platform_comment_id },
+      parent_platform_comment_id = row.parent_platform_comment_id, can_hide = row.can_hide },
     message = payload.message,
     since = row.requested_at,
   }

@@ -76,10 +76,11 @@ end
 
 -- Meta asks to read the comment's can_hide before hiding it: some comments
 -- cannot be hidden by the Page (its own, and others Meta decides), and the
--- answer then says why in sgw's words instead of Meta's bare code 100.
--- Showing a comment again needs no check.
+-- answer then says why in sgw's words instead of Meta's bare code 100. One
+-- the comment sync read as hideable (ctx.comment.can_hide) is not read
+-- again; showing a comment again needs no check.
 function M.set_hidden(ctx, hidden)
-  if hidden then
+  if hidden and ctx.comment.can_hide ~= true then
     local comment, err = graph.call("GET", ctx.comment.platform_comment_id, { fields = "can_hide" },
       ctx.account.access_token)
     if not comment then return graph.settled(nil, err) end
@@ -93,7 +94,12 @@ end
 
 M.delete = graph.delete_comment
 
-local FETCH_FIELDS = "id,message,from{id,name},created_time,like_count,is_hidden,parent{id}"
+local FETCH_FIELDS = "id,message,from{id,name},created_time,like_count,is_hidden,can_hide,parent{id}"
+
+local function boolean_or_nil(v)
+  if type(v) == "boolean" then return v end
+  return nil
+end
 
 -- One page of every comment on the post, replies included (filter=stream),
 -- oldest first. ctx: account, target.platform_post_id, version, rank.
@@ -116,6 +122,7 @@ function M.fetch_comments(ctx, cursor)
       author_platform_id = from.id, author_name = from.name,
       is_from_account = from.id == page,
       is_hidden = c.is_hidden == true,
+      can_hide = boolean_or_nil(c.can_hide),
       like_count = math.tointeger(tonumber(c.like_count)),
       created_at = graph.parse_time(c.created_time),
     })

@@ -338,6 +338,17 @@ describe("moderation", function()
       assert.is_true(t.get(c.id).isDeleted)
     end)
 
+    it("hides a comment the sync read as hideable without reading can_hide again", function()
+      local made = t.fake_comment({ post_id = target.platformPostId, message = "Only the sync saw me",
+        from = { id = "100" .. math.random(1e6, 9e6), name = "Quiet" }, deliver = false })
+      env.run_job("sync_comments")
+      local c = t.comment(post, made.comment.id)
+      local _, body = t.api("POST", "/api/v1/comments/" .. c.id .. "/hide")
+      assert.are.equal("succeeded", t.wait(body.operationId).status)
+      assert.is_true(fake_state(made.comment.id).hidden)
+      assert.are.equal(0, #fake.requests({ method = "GET", path = "/" .. made.comment.id }))
+    end)
+
     it("does not ask to hide a comment Meta says cannot be hidden, and says why", function()
       local c, fc = user_comment("Not hideable", { can_hide = false })
       local _, body = t.api("POST", "/api/v1/comments/" .. c.id .. "/hide")

@@ -84,6 +84,14 @@ describe("facebook comments", function()
     assert.equal(2, #calls, "no POST after either read")
   end)
 
+  it("hides a comment the sync read as hideable without reading can_hide again", function()
+    on("POST 55_2", ok({ success = true }))
+    local hideable = { platform_comment_id = "55_2", parent_platform_comment_id = "55_1", can_hide = true }
+    assert.same({ status = "done" }, facebook.set_hidden(ctx("facebook", hideable), true))
+    assert.same({ "POST", { is_hidden = "true" } }, { calls[1].method, calls[1].params })
+    assert.equal(1, #calls)
+  end)
+
   it("shows a comment again without reading can_hide", function()
     on("POST 55_2", ok({ success = true }))
     assert.same({ status = "done" }, facebook.set_hidden(ctx("facebook", NESTED), false))
@@ -104,19 +112,21 @@ describe("facebook comments", function()
   it("fetches every comment of the post as observations, with the cursor and usage", function()
     on("GET 1001_55/comments", ok({ data = {
       { id = "55_1", message = "Hi", from = { id = "7", name = "Ann" }, created_time = "2023-11-14T22:00:00+0000",
-        like_count = 2, is_hidden = false },
+        like_count = 2, is_hidden = false, can_hide = true },
       { id = "55_2", message = "Reply", from = { id = "1001", name = "Shop" }, created_time = "2023-11-14T22:01:00+0000",
-        like_count = 0, is_hidden = true, parent = { id = "55_1" } },
+        like_count = 0, is_hidden = true, can_hide = false, parent = { id = "55_1" } },
       { id = "55_3", created_time = "2023-11-14T22:02:00+0000" },
     }, paging = { cursors = { after = "CUR" }, next = "https://graph.test/next" } }, usage_headers(30, 85)))
     local page = facebook.fetch_comments(ctx("facebook"), "PREV")
     assert.same({ filter = "stream", order = "chronological", limit = "100", after = "PREV",
-      fields = "id,message,from{id,name},created_time,like_count,is_hidden,parent{id}" }, calls[1].params)
+      fields = "id,message,from{id,name},created_time,like_count,is_hidden,can_hide,parent{id}" }, calls[1].params)
     assert.equal("CUR", page.cursor)
     assert.same({ app = 30, account = 85 }, page.usage)
     assert.same({ social_account_id = "acc_1", platform = "facebook", platform_post_id = "1001_55", version = T0,
       platform_comment_id = "55_1", text = "Hi", author_platform_id = "7", author_name = "Ann", is_from_account = false,
-      is_hidden = false, like_count = 2, created_at = T0 - 800 }, page.observations[1])
+      is_hidden = false, can_hide = true, like_count = 2, created_at = T0 - 800 }, page.observations[1])
+    assert.is_false(page.observations[2].can_hide)
+    assert.is_nil(page.observations[3].can_hide, "unknown when Meta does not say")
     assert.is_true(page.observations[2].is_from_account)
     assert.is_true(page.observations[2].is_hidden)
     assert.equal("55_1", page.observations[2].parent_platform_comment_id)
