@@ -28,8 +28,8 @@ local function unpadded(s)
   return (s:gsub("=+$", ""))
 end
 
--- The payload of a valid signed_request ({algorithm, issued_at, user_id, ...}),
--- or nil and why it is refused.
+-- The payload of a valid signed_request ({algorithm, issued_at, user_id, ...})
+-- and the request in its one spelling (below), or nil and why it is refused.
 function M.parse(value, secret)
   if type(value) ~= "string" or value == "" then return nil, "The form field signed_request is missing." end
   if #value > M.MAX_LENGTH then return nil, "signed_request is longer than " .. M.MAX_LENGTH .. " characters." end
@@ -52,12 +52,16 @@ function M.parse(value, secret)
   end
   if type(payload.issued_at) ~= "number" then return nil, "signed_request's payload has no issued_at." end
   payload.user_id = user
-  return payload
+  -- The signature as decoded, spelt again: padding or unused low bits in its
+  -- last character give other strings for the same request, which must not
+  -- pass for new ones (the payload, being signed, has one spelling). Meta's
+  -- own spelling is this one, so a request is known by what Meta sent.
+  return payload, crypto.base64url_encode(sig) .. "." .. payload64
 end
 
 -- The verified payload of a callback request, or raises a 400 problem
 -- (invalid_signed_request; 415 for a body that is not a form). Also returns
--- the signed_request as sent.
+-- the signed_request in its one spelling, by which a replay is known.
 function M.read(req)
   local secret = config.get("meta.app_secret") or ""
   if secret == "" then
@@ -69,9 +73,9 @@ function M.read(req)
   end
   local fields, ferr = form.parse(req.body, 10)
   if not fields then problem.raise(400, "invalid_signed_request", "The form body is malformed: " .. ferr .. ".") end
-  local payload, err = M.parse(fields.signed_request, secret)
-  if not payload then problem.raise(400, "invalid_signed_request", err) end
-  return payload, fields.signed_request
+  local payload, spelling = M.parse(fields.signed_request, secret)
+  if not payload then problem.raise(400, "invalid_signed_request", spelling) end
+  return payload, spelling
 end
 
 -- Claims a request: true for the first time it arrives, else false and the

@@ -34,6 +34,23 @@ describe("fuzz: meta_callbacks.parse (signed_request)", function()
     for _, p in ipairs(PAYLOADS) do assert.is_table(meta_callbacks.parse(sign(p), SECRET)) end
   end)
 
+  it("knows a request by one spelling, whatever padding or unused bits its signature was sent with", function()
+    local value = sign(PAYLOADS[1])
+    local sig64, p64 = value:match("^([^.]+)%.(.+)$")
+    local _, spelling = meta_callbacks.parse(value, SECRET)
+    assert.are.equal(value, spelling, "Meta's own spelling is the one")
+    -- 32 bytes are 43 characters whose last carries 2 unused bits.
+    local last = sig64:sub(-1)
+    local alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    local i = alphabet:find(last, 1, true) - 1
+    local other = alphabet:sub((i ~ 1) + 1, (i ~ 1) + 1)
+    for _, variant in ipairs({ sig64 .. "=", sig64 .. "==", sig64:sub(1, -2) .. other }) do
+      local payload, again = meta_callbacks.parse(variant .. "." .. p64, SECRET)
+      if payload then assert.are.equal(spelling, again, variant) end
+    end
+    assert.is_table(meta_callbacks.parse(sig64 .. "=." .. p64, SECRET), "padding is taken")
+  end)
+
   it("refuses or accepts mutated signed_request values cleanly", function()
     local corpus = {}
     for i, p in ipairs(PAYLOADS) do corpus[i] = sign(p) end
