@@ -12,6 +12,7 @@ local ratelimit = require "ratelimit"
 local idempotency = require "idempotency"
 local fields = require "fields"
 local oauth_client = require "oauth_client"
+local client_address = require "client_address"
 
 local M = {}
 
@@ -98,9 +99,9 @@ local function identify_and_limit(req, route)
     key, limit = "oauth:" .. client_id, config.get(route.rate_limit)
   elseif route and type(route.rate_limit) == "string" and not route.rate_limit_by then
     -- A public route with a per-address limit of its own, counted apart.
-    key, limit = route.rate_limit .. ":" .. (req.remote_addr or "?"), config.get(route.rate_limit)
+    key, limit = route.rate_limit .. ":" .. (client_address.group(req.remote_addr) or "?"), config.get(route.rate_limit)
   else
-    key, limit = "addr:" .. (req.remote_addr or "?"), config.get("api.rate_limit.anonymous_per_minute")
+    key, limit = "addr:" .. (client_address.group(req.remote_addr) or "?"), config.get("api.rate_limit.anonymous_per_minute")
   end
   local rl = ratelimit.check(key, limit, credentials.EPOCH_NAME)
   if credentials.observe_epoch(rl.epoch, cached) and cached then

@@ -27,11 +27,10 @@ return web.public(function(w)
   end
   local f = w.form
   local email, address = users.check_email(f.email) or "", w.req.remote_addr
-  local wait = limit.attempt(address) or (email ~= "" and limit.blocked(email, address))
+  local wait = limit.attempt(address) or (email ~= "" and limit.try(email, address))
   if wait then return too_many(w, f.email, wait) end
   local user = users.authenticate(f.email, f.password)
   if not user then
-    if email ~= "" then limit.failed(email, address) end
     return form(w, { email = f.email, next = f.next, error = WRONG }, 401)
   end
   limit.succeeded(email, address)

@@ -1,18 +1,23 @@
 -- Limits on signing in and signing up, in Redis so that every instance
 -- counts together.
 --
--- Wrong passwords are counted per (email, address): someone guessing one
--- person's password from one place gets a growing wait, while the owner,
--- from anywhere else, is never locked out by it. The first
--- workspace.login.free_failures failures cost nothing; each one after waits
--- delay_base_seconds, doubling, at most max_delay_seconds. The count is
--- forgotten window_seconds after the last failure, or at a success. Many
--- emails from one address are bounded by all attempts per address
--- (max_attempts_per_address per window), and sign-ups have their own bound
--- per address (workspace.signup.max_per_address per window).
+-- Attempts are counted per (email, address) before the password is checked
+-- (so that attempts sent at once cannot all pass before the first failure
+-- counts) and forgotten at a success: someone guessing one person's
+-- password from one place gets a growing wait, while the owner, from
+-- anywhere else, is never locked out by it. The first
+-- workspace.login.free_failures cost nothing; each one after makes the next
+-- wait delay_base_seconds, doubling, at most max_delay_seconds. The count is
+-- forgotten window_seconds after the last attempt. Many emails from one
+-- address are bounded by all attempts per address (max_attempts_per_address
+-- per window), and sign-ups have their own bound per address
+-- (workspace.signup.max_per_address per window). An IPv6 address counts as
+-- its /64 (lib/client_address.lua).
 --
 -- Redis unreachable: attempts are allowed (logged), like every other rate
 -- limit of the service; Argon2id still makes each guess slow.
+local client_address = require "client_address"
+
 local M = {}
 
 -- Fixed window counter. KEYS[1] counter; ARGV[1] window (s). Returns
@@ -23,23 +28,31 @@ if n == 1 then redis.call('EXPIRE', KEYS[1], tonumber(ARGV[1])) end
 return { n, redis.call('TTL', KEYS[1]) }
 ]]
 
--- A failure. KEYS[1] failure count, KEYS[2] the wait; ARGV: window, free
--- failures, base delay, max delay (s). Returns the wait imposed (s, 0 none).
-local FAILED = [[
+-- An attempt. KEYS[1] attempt count, KEYS[2] the wait; ARGV: window, free
+-- attempts, base delay, max delay (s). Returns the seconds still to wait
+-- (refused, not counted), or 0: counted, and past the free ones it makes
+-- the next attempt wait.
+local TRY = [[
+local ttl = redis.call('TTL', KEYS[2])
+if ttl > 0 then return ttl end
 local n = redis.call('INCR', KEYS[1])
 redis.call('EXPIRE', KEYS[1], tonumber(ARGV[1]))
 local over = n - tonumber(ARGV[2])
-if over <= 0 then return 0 end
-local wait = math.min(tonumber(ARGV[4]), tonumber(ARGV[3]) * 2 ^ math.min(over - 1, 30))
-wait = math.max(1, math.floor(wait))
-redis.call('SET', KEYS[2], '1', 'EX', wait)
-return wait
+if over > 0 then
+  local wait = math.min(tonumber(ARGV[4]), tonumber(ARGV[3]) * 2 ^ math.min(over - 1, 30))
+  redis.call('SET', KEYS[2], '1', 'EX', math.max(1, math.floor(wait)))
+end
+return 0
 ]]
 
 -- The digest is the hash tag: a failure count and its wait share a slot, as
 -- the scripts touching both need on a Redis Cluster.
 local function key(kind, ...)
   return config.get("redis.namespace") .. ":workspace:" .. kind .. ":{" .. crypto.sha256_hex(table.concat({ ... }, "\n")) .. "}"
+end
+
+local function who(address)
+  return client_address.group(address) or "?"
 end
 
 local function eval(script, keys, ...)
@@ -55,7 +68,7 @@ local function window()
 end
 
 local function count(kind, address, max)
-  local reply = eval(COUNT, { key(kind, address or "?") }, window())
+  local reply = eval(COUNT, { key(kind, who(address)) }, window())
   if type(reply) == "table" and reply[1] > max then return math.max(1, reply[2]) end
   return nil
 end
@@ -72,22 +85,20 @@ function M.signup(address)
   return count("signup:address", address, config.get("workspace.signup.max_per_address"))
 end
 
--- Seconds this email must wait before trying again from this address, or nil.
-function M.blocked(email, address)
-  local ttl = eval("return redis.call('TTL', KEYS[1])", { key("login:wait", email, address or "?") })
-  if type(ttl) == "number" and ttl > 0 then return ttl end
-  return nil
-end
-
-function M.failed(email, address)
-  eval(FAILED, { key("login:failures", email, address or "?"), key("login:wait", email, address or "?") },
+-- Counts a sign-in attempt for this email from this address, before its
+-- password is checked. Returns nil when it may go ahead, else the seconds
+-- it must wait.
+function M.try(email, address)
+  local wait = eval(TRY, { key("login:failures", email, who(address)), key("login:wait", email, who(address)) },
     window(), math.floor(config.get("workspace.login.free_failures")),
     config.get("workspace.login.delay_base_seconds"), config.get("workspace.login.max_delay_seconds"))
+  if type(wait) == "number" and wait > 0 then return wait end
+  return nil
 end
 
 function M.succeeded(email, address)
   eval("return redis.call('DEL', KEYS[1], KEYS[2])",
-    { key("login:failures", email, address or "?"), key("login:wait", email, address or "?") })
+    { key("login:failures", email, who(address)), key("login:wait", email, who(address)) })
 end
 
 return M

@@ -149,6 +149,25 @@ describe("workspace limits", function()
     assert.are.equal(401, (attacker.sign_in("owner@limits.test", "wrong password guess")))
   end)
 
+  it("lets no more than the free failures and one through when guesses come all at once", function()
+    local attacker = client(sgw, "127.0.0.3")
+    local status, page = attacker.request("GET", "/workspace/login")
+    assert.are.equal(200, status)
+    local csrf = assert(page:match('name="csrf" value="([^"]+)"'))
+    local body = "csrf=" .. csrf:gsub("[^%w%-%._~]", function(ch) return ("%%%02X"):format(ch:byte()) end)
+      .. "&email=parallel%40limits.test&password=wrong+password+guess"
+    -- Eight guesses sent at once, each on a connection of its own.
+    local q = stack.shell_quote
+    local one = "curl -s -o /dev/null -w '%{http_code}\\n' --interface 127.0.0.3 -H " .. q("Cookie: " .. attacker.cookie)
+      .. " --data " .. q(body) .. " " .. q(sgw.base_url .. "/workspace/login")
+    local code, out = stack.sh("for i in 1 2 3 4 5 6 7 8; do " .. one .. " & done; wait")
+    assert.are.equal(0, code, out)
+    local answers = {}
+    for s in out:gmatch("%d%d%d") do answers[s] = (answers[s] or 0) + 1 end
+    -- Two free failures, and the one that makes the wait; the others wait.
+    assert.are.same({ ["401"] = 3, ["429"] = 5 }, answers, out)
+  end)
+
   it("limits sign-ups per address", function()
     local c = client(sgw, "127.0.0.2")
     local limited
