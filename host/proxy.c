@@ -180,8 +180,19 @@ static const char *forwarded_for(const char *s, size_t n, size_t *vlen) {
     return NULL;
 }
 
+/* Writes an address in its one spelling (inet_ntop: an IPv4-mapped one as
+ * IPv4, IPv6 in lower case with :: compressed), so that every limit and log
+ * line keyed on the client address sees one string per client. */
+static void canonical(int family, const unsigned char a[16], char *out, size_t outlen) {
+    char text[INET6_ADDRSTRLEN];
+    if (inet_ntop(family, a, text, sizeof text)) snprintf(out, outlen, "%s", text);
+}
+
 void proxy_client_addr(const char *peer, const char *xff, const char *forwarded, char *out, size_t outlen) {
     snprintf(out, outlen, "%s", peer);
+    int peer_family;
+    unsigned char peer_a[16];
+    if (parse_addr(peer, &peer_family, peer_a) == 0) canonical(peer_family, peer_a, out, outlen);
     if (!proxy_trusted(peer)) return;
     const char *list = xff && *xff ? xff : forwarded;
     if (!list || !*list) return;
@@ -203,7 +214,7 @@ void proxy_client_addr(const char *peer, const char *xff, const char *forwarded,
         int family;
         unsigned char a[16];
         if (node_addr(v, vn, addr, sizeof addr, &family, a)) return;
-        snprintf(out, outlen, "%s", addr);
+        canonical(family, a, out, outlen);
         if (!is_trusted(family, a)) return;
         end = start > list ? start - 1 : list;
     }

@@ -180,10 +180,15 @@ static const client_case xff_cases[] = {
     { "10.0.0.1", "\"198.51.100.1\"", NULL, "198.51.100.1" },
 
     /* IPv4-mapped IPv6 entries are addresses like any other, also as a
-     * trusted hop. */
-    { "10.0.0.1", "::ffff:198.51.100.1", NULL, "::ffff:198.51.100.1" },
+     * trusted hop; every address comes out in one spelling. */
+    { "10.0.0.1", "::ffff:198.51.100.1", NULL, "198.51.100.1" },
     { "10.0.0.1", "198.51.100.1, ::ffff:10.0.0.2", NULL, "198.51.100.1" },
-    { "10.0.0.1", "[::ffff:198.51.100.1]:80", NULL, "::ffff:198.51.100.1" },
+    { "10.0.0.1", "[::ffff:198.51.100.1]:80", NULL, "198.51.100.1" },
+    { "10.0.0.1", "0:0:0:0:0:ffff:198.51.100.1", NULL, "198.51.100.1" },
+    { "10.0.0.1", "::ffff:c633:6401", NULL, "198.51.100.1" },
+    { "10.0.0.1", "2001:DB9:0:0::07", NULL, "2001:db9::7" },
+    { "::ffff:203.0.113.9", NULL, NULL, "203.0.113.9" },
+    { "2001:DB9:0::1", "198.51.100.1", NULL, "2001:db9::1" },
 
     /* A value that is not an address ends the walk at the last hop a proxy
      * of ours vouched for: never past it, never a string of the caller's. */
@@ -242,7 +247,7 @@ static const client_case forwarded_cases[] = {
     { "10.0.0.1", NULL, "for=\"198.51.100.1:8080\"", "198.51.100.1" },
     { "10.0.0.1", NULL, "for=\"[2001:db8::7]\"", "2001:db8::7" },
     { "10.0.0.1", NULL, "for=\"[2001:db8::7]:4711\"", "2001:db8::7" },
-    { "10.0.0.1", NULL, "for=\"[::ffff:198.51.100.1]\"", "::ffff:198.51.100.1" },
+    { "10.0.0.1", NULL, "for=\"[::ffff:198.51.100.1]\"", "198.51.100.1" },
     /* for= among other pairs of an element. */
     { "10.0.0.1", NULL, "proto=https;for=198.51.100.1;by=10.0.0.1", "198.51.100.1" },
     { "10.0.0.1", NULL, "by=10.0.0.1; for=198.51.100.1", "198.51.100.1" },
