@@ -12,6 +12,7 @@
 local graph = require "platforms.graph"
 local accounts = require "accounts"
 local graph_version = require "meta_graph_version"
+local token_check = require "token_check"
 
 local M = {}
 
@@ -137,9 +138,9 @@ end
 -- log saying so. Returns the number of problems, or nil and the Graph error
 -- (0 while the Meta app is not set: nothing to ask with).
 function M.check_app()
-  local app_id, secret = config.get("meta.app_id") or "", config.get("meta.app_secret") or ""
-  if app_id == "" or secret == "" then return 0 end
-  local listed, err = graph.call("GET", app_id .. "/subscriptions", {}, app_id .. "|" .. secret)
+  local app_token = token_check.app_token()
+  if not app_token then return 0 end
+  local listed, err = graph.call("GET", config.get("meta.app_id") .. "/subscriptions", {}, app_token)
   if not listed then
     log.warn("meta_app_subscriptions_check_failed", { error = err.message, platformCode = err.platform_code })
     return nil, err
