@@ -17,10 +17,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "check.h"
+#include "lua_tree.h"
 
 /* ------------------------------------------------------------ handlers */
 
@@ -54,38 +54,10 @@ static const struct { const char *file, *text; } tree[] = {
 static char root[512];
 
 static int make_root(void) {
-    const char *tmp = getenv("TMPDIR");
-    snprintf(root, sizeof root, "%s/sgw_test_jobs_XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(root)) return -1;
-    static const char *dirs[] = { "lib", "handlers", "handlers/jobs" };
-    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
-        char dir[600];
-        snprintf(dir, sizeof dir, "%s/%s", root, dirs[i]);
-        if (mkdir(dir, 0700)) return -1;
-    }
-    for (size_t i = 0; i < NTREE; i++) {
-        char path[700];
-        snprintf(path, sizeof path, "%s/%s", root, tree[i].file);
-        FILE *f = fopen(path, "w");
-        if (!f) return -1;
-        int ok = fputs(tree[i].text, f) >= 0;
-        if (fclose(f) != 0 || !ok) return -1;
-    }
+    if (lua_tree_make(root, sizeof root, "sgw_test_jobs_")) return -1;
+    for (size_t i = 0; i < NTREE; i++)
+        if (lua_tree_write(root, tree[i].file, tree[i].text)) return -1;
     return 0;
-}
-
-static void remove_root(void) {
-    for (size_t i = 0; i < NTREE; i++) {
-        char path[700];
-        snprintf(path, sizeof path, "%s/%s", root, tree[i].file);
-        remove(path);
-    }
-    static const char *dirs[] = { "handlers/jobs", "handlers", "lib", "" };
-    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
-        char dir[600];
-        snprintf(dir, sizeof dir, "%s/%s", root, dirs[i]);
-        rmdir(dir);
-    }
 }
 
 /* ------------------------------------------------------------ database */
@@ -281,7 +253,7 @@ int main(void) {
     luart_shutdown();
     shared_stop();
     config_free();
-    remove_root();
+    lua_tree_remove(root);
     if (db) PQfinish(db);
     snprintf(sql, sizeof sql, "DROP DATABASE IF EXISTS %s", name);
     exec_ok(admin, sql);

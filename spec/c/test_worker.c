@@ -19,13 +19,13 @@
  */
 #include "sgw.h"
 #include "check.h"
+#include "lua_tree.h"
 
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -108,44 +108,19 @@ static const char handler_lua[] = "return function() end\n";
 
 static char root[512];
 
-static int write_file(const char *rel, const char *text) {
-    char path[700];
-    snprintf(path, sizeof path, "%s/%s", root, rel);
-    FILE *f = fopen(path, "w");
-    if (!f) return -1;
-    int ok = fputs(text, f) >= 0;
-    return fclose(f) == 0 && ok ? 0 : -1;
-}
-
 static int set_version(const char *v) {
     char src[64];
     snprintf(src, sizeof src, "return '%s'\n", v);
-    return write_file("lib/version.lua", src);
+    return lua_tree_write(root, "lib/version.lua", src);
 }
 
 static int make_root(void) {
-    const char *tmp = getenv("TMPDIR");
-    snprintf(root, sizeof root, "%s/sgw_test_worker_XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(root)) return -1;
-    char dir[600], key[96];
-    snprintf(dir, sizeof dir, "%s/lib", root);
-    if (mkdir(dir, 0700)) return -1;
-    snprintf(dir, sizeof dir, "%s/handlers", root);
-    if (mkdir(dir, 0700)) return -1;
+    char key[96];
+    if (lua_tree_make(root, sizeof root, "sgw_test_worker_")) return -1;
     snprintf(key, sizeof key, "return 'sgw_worker_test:%ld:'\n", (long)getpid());
-    return write_file("lib/dispatch.lua", dispatch_lua) || write_file("lib/testkey.lua", key) ||
-           write_file("handlers/routes.lua", routes_lua) || write_file("handlers/test.lua", handler_lua) ||
-           set_version("v1");
-}
-
-static void remove_root(void) {
-    static const char *files[] = { "lib/dispatch.lua", "lib/testkey.lua", "lib/version.lua",
-                                   "handlers/routes.lua", "handlers/test.lua", "lib", "handlers", "", NULL };
-    for (int i = 0; files[i]; i++) {
-        char path[700];
-        snprintf(path, sizeof path, "%s/%s", root, files[i]);
-        remove(path);
-    }
+    return lua_tree_write(root, "lib/dispatch.lua", dispatch_lua) || lua_tree_write(root, "lib/testkey.lua", key) ||
+           lua_tree_write(root, "handlers/routes.lua", routes_lua) ||
+           lua_tree_write(root, "handlers/test.lua", handler_lua) || set_version("v1");
 }
 
 /* ------------------------------------------------------------ requests */
@@ -828,7 +803,7 @@ int main(void) {
     }
     if (make_root() || luart_init(root, err, sizeof err)) {
         printf("handlers: %s\n", err);
-        remove_root();
+        lua_tree_remove(root);
         return 1;
     }
     ctl_open();
@@ -850,7 +825,7 @@ int main(void) {
     offload_stop();
     shared_stop();
     config_free();
-    remove_root();
+    lua_tree_remove(root);
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
