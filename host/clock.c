@@ -36,18 +36,31 @@ static int l_now(lua_State *L) {
     return 1;
 }
 
+#define ISO_FIRST_S -62135596800LL   /* 0001-01-01T00:00:00Z */
+#define ISO_END_S   253402300800LL    /* 10000-01-01T00:00:00Z */
+
 static int l_iso(lua_State *L) {
     double t = luaL_optnumber(L, 1, clock_now());
-    double whole = floor(t);
-    time_t secs = (time_t)whole;
-    int ms = (int)((t - whole) * 1000.0);
-    if (ms > 999) ms = 999;
-    if (ms < 0) ms = 0;
+    /* Years 1 to 9999, what four digits spell; checked before any cast, so
+     * NaN, infinities and huge values raise instead of being undefined. */
+    if (!(t >= (double)ISO_FIRST_S - 1 && t < (double)ISO_END_S + 1))
+        return luaL_error(L, "clock.iso: time out of range");
+    /* To the microsecond first (PostgreSQL's precision), then the
+     * milliseconds cut: a double holds .123 as .12299990654, which cut
+     * straight away would say .122. */
+    long long us = llround(t * 1e6);
+    long long secs = us / 1000000, rem = us % 1000000;
+    if (rem < 0) {
+        rem += 1000000;
+        secs -= 1;
+    }
+    if (secs < ISO_FIRST_S || secs >= ISO_END_S) return luaL_error(L, "clock.iso: time out of range");
+    time_t tt = (time_t)secs;
     struct tm tm;
-    if (!gmtime_r(&secs, &tm)) return luaL_error(L, "clock.iso: time out of range");
+    if (!gmtime_r(&tt, &tm)) return luaL_error(L, "clock.iso: time out of range");
     char buf[96];
     snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
-             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(rem / 1000));
     lua_pushstring(L, buf);
     return 1;
 }
