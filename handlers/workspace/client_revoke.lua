@@ -7,7 +7,7 @@ local credentials = require "credentials"
 return web.page(function(w)
   local client = clients.get(w.session.company_id, w.req.params.clientId)
   if not client or client.revoked_at then return w:not_found() end
-  if w.req.method == "GET" then
+  if not w.posted then
     return w:render("client_revoke", { title = "Revoke " .. client.name, section = "clients", client = client })
   end
   assert(credentials.revoke_client(client.id))

@@ -3,6 +3,7 @@
 local web = require "workspace.web"
 local clients = require "workspace.clients"
 local credentials = require "credentials"
+local problem = require "problem"
 
 local function created_page(w, c)
   local secrets = {
@@ -22,7 +23,7 @@ end
 
 return web.page(function(w)
   local company_id = w.session.company_id
-  if w.req.method == "GET" then
+  if not w.posted then
     local active, revoked = clients.list(company_id)
     return w:render("clients", { title = "API clients", section = "clients", clients = active,
       has_clients = #active > 0, revoked = revoked, has_revoked = #revoked > 0 })

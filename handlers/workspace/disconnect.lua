@@ -6,7 +6,7 @@ local connections = require "workspace.connections"
 return web.page(function(w)
   local account = connections.get(w.session.company_id, w.req.params.accountId)
   if not account then return w:not_found() end
-  if w.req.method == "GET" then
+  if not w.posted then
     return w:render("disconnect", { title = "Disconnect " .. account.name, section = "connections", account = account,
       env_label = web.ENVIRONMENTS[account.environment], live = account.environment == "live" })
   end

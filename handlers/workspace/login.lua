@@ -21,7 +21,7 @@ local function too_many(w, email, seconds)
 end
 
 return web.public(function(w)
-  if w.req.method == "GET" then
+  if not w.posted then
     if w.session then return w:redirect(web.safe_next(w.req.query.next)) end
     return form(w, {})
   end

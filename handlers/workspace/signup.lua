@@ -20,7 +20,7 @@ local function form(w, values, status, headers)
 end
 
 return web.public(function(w)
-  if w.req.method == "GET" then return form(w, {}) end
+  if not w.posted then return form(w, {}) end
   local f = w.form
   local company = (f.company or ""):match("^%s*(.-)%s*$")
   local errors = {}
@@ -41,6 +41,9 @@ return web.public(function(w)
 
   local existing = users.find_by_email(email)
   if existing then
+    -- The hash a new account costs is spent here too: a quicker answer
+    -- would tell that the email is taken.
+    crypto.argon2id_hash(f.password)
     log.info("workspace_signup_email_taken", { requestId = w.req.id, userId = existing })
     return w:redirect(RECEIVED)
   end

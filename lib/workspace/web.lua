@@ -172,7 +172,9 @@ local function serve(fn, mode, req)
   end
   w.csrf = session.csrf_for(w.token)
 
-  if req.method == "POST" then
+  -- Every method but GET and HEAD must bring the form's CSRF token; pages
+  -- act only on w.posted, so a HEAD (served by the GET routes) never acts.
+  if req.method ~= "GET" and req.method ~= "HEAD" then
     local fields, err = form.parse(req.body or "", 200)
     if not fields then
       return w:fail(400, "The form could not be read", "The browser sent a malformed form (" .. err .. "). Reload the page and try again.")
@@ -183,6 +185,7 @@ local function serve(fn, mode, req)
         .. "Reload the page and send it again; if it keeps happening, allow cookies for this site.")
     end
     w.form = fields
+    w.posted = req.method == "POST"
   end
 
   if mode == "signed_in" and not w.session then

@@ -3,7 +3,8 @@
 -- addresses (127.0.0.1 and 127.0.0.2, both loopback): wrong passwords make
 -- one (email, address) wait longer and longer while the owner signs in from
 -- elsewhere; sign-up answers the same whether the email is taken or not, and
--- has its own limit per address.
+-- has its own limit per address. And a confirm page acts only on a POST with
+-- its token: a HEAD, which the GET route serves, changes nothing.
 local stack = require "stack"
 local http = require "socket.http"
 local socket = require "socket"
@@ -39,10 +40,11 @@ local function client(sgw, address)
   local function encode(s)
     return (s:gsub("[^%w%-%._~]", function(ch) return ("%%%02X"):format(ch:byte()) end))
   end
-  -- GETs the form's page, then posts fields with its CSRF token.
-  function c.submit(path, fields)
-    local status, page = c.request("GET", path)
-    assert(status == 200, path .. ": " .. tostring(status))
+  -- GETs the form's page (form_page, or path itself), then posts fields to
+  -- path with its CSRF token.
+  function c.submit(path, fields, form_page)
+    local status, page = c.request("GET", form_page or path)
+    assert(status == 200, (form_page or path) .. ": " .. tostring(status))
     local csrf = assert(page:match('name="csrf" value="([^"]+)"'), "no csrf token")
     local parts = { "csrf=" .. encode(csrf) }
     for k, v in pairs(fields) do parts[#parts + 1] = k .. "=" .. encode(v) end
@@ -185,5 +187,45 @@ describe("workspace limits", function()
     assert.are.equal("0", stack.psql(sgw.database_url, "SELECT count(*) FROM users WHERE email = 'many5@limits.test'"))
     -- Another address may still sign up.
     assert.are.equal(303, (sign_up(client(sgw, "127.0.0.1"), "Other Co", "other@limits.test")))
+  end)
+
+  it("acts on a confirm page only for a POST with its token: a HEAD of it revokes and disconnects nothing", function()
+    local c = client(sgw, "127.0.0.3")
+    assert.are.equal(303, (sign_up(c, "Head Co", "head@limits.test")))
+    assert.are.equal(303, (c.sign_in("head@limits.test", PASSWORD)))
+    assert.are.equal(201, (c.submit("/workspace/clients", { name = "Head app", environment = "test",
+      ["scope:posts:read"] = "on" }, "/workspace/clients/new")))
+    assert.are.equal(303, (c.submit("/workspace/connections/test-pages", { name = "Head page",
+      platform = "facebook" }, "/workspace/connections?env=test")))
+    local db = sgw.database_url
+    local client_id = stack.psql(db, "SELECT id FROM api_clients WHERE name = 'Head app'")
+    local account_id = stack.psql(db, "SELECT id FROM social_accounts WHERE name = 'Head page'")
+    local function state()
+      return stack.psql(db, "SELECT (SELECT coalesce(revoked_at::text, 'active') FROM api_clients WHERE id = '"
+        .. client_id .. "') || ' ' || (SELECT status FROM social_accounts WHERE id = '" .. account_id .. "')")
+    end
+    assert.are.equal("active active", state())
+
+    local revoke = "/workspace/clients/" .. client_id .. "/revoke"
+    local disconnect = "/workspace/connections/" .. account_id .. "/disconnect"
+    for _, path in ipairs({ revoke, disconnect }) do
+      -- The confirm page itself, without its body: nothing happens.
+      local status, body, h = c.request("HEAD", path)
+      assert.are.equal(200, status, path)
+      assert.are.equal("", body)
+      assert.is_nil(h["location"])
+      -- A POST without the token is refused.
+      assert.are.equal(403, (c.request("POST", path, "confirm=1")), path)
+    end
+    assert.are.equal("active active", state())
+
+    -- With the confirm page's token, each acts.
+    local status, _, h = c.submit(revoke, {})
+    assert.are.equal(303, status)
+    assert.are.equal("/workspace/clients?notice=client_revoked", h["location"])
+    status, _, h = c.submit(disconnect, {})
+    assert.are.equal(303, status)
+    assert.matches("notice=account_disconnected", h["location"])
+    assert.matches("^%d.* disconnected$", state())
   end)
 end)
