@@ -318,11 +318,16 @@ void luart_last_error_copy(char *buf, size_t n) {
 /* ------------------------------------------------------------ modules */
 
 #define LOADED_KEY "sgw.loaded"
+/* What LOADED_KEY holds for a module while it loads: its own address, so
+ * that no module's value (cjson.null is a light userdata too) passes for it. */
+static const char loading_sentinel;
 #define GEN_KEY    "sgw.gen"
 
 /* Maps a module name to its file: "handlers.api.x" -> handlers/api/x.lua,
  * "a.b" -> lib/a/b.lua or lib/a/b/init.lua. */
 static const struct src_file *module_file(const sgw_gen *g, const char *name) {
+    /* Dots only: "a/b" would find lib/a/b.lua as a second module beside a.b. */
+    if (strchr(name, '/')) return NULL;
     char path[512];
     const char *prefix = strncmp(name, "handlers.", 9) == 0 ? "" : "lib/";
     size_t n = (size_t)snprintf(path, sizeof path, "%s%s", prefix, name);
@@ -343,7 +348,8 @@ static int l_require(lua_State *L) {
     int loaded = lua_gettop(L);
     lua_getfield(L, loaded, name);
     if (!lua_isnil(L, -1)) {
-        if (lua_islightuserdata(L, -1)) return luaL_error(L, "module '%s' requires itself while loading", name);
+        if (lua_touserdata(L, -1) == &loading_sentinel && lua_islightuserdata(L, -1))
+            return luaL_error(L, "module '%s' requires itself while loading", name);
         return 1;
     }
     lua_pop(L, 1);
@@ -378,7 +384,7 @@ static int l_require(lua_State *L) {
     lua_setmetatable(L, -2);
     if (!lua_setupvalue(L, -2, 1)) lua_pop(L, 1);
 
-    lua_pushlightuserdata(L, (void *)f); /* loading sentinel */
+    lua_pushlightuserdata(L, (void *)&loading_sentinel);
     lua_setfield(L, loaded, name);
     lua_pushstring(L, name);
     if (lua_pcall(L, 1, 1, 0) != LUA_OK) {
@@ -410,7 +416,10 @@ static int l_asset(lua_State *L) {
     const sgw_gen *g = lua_touserdata(L, -1);
     lua_pop(L, 1);
     const struct src_file *f = g ? find_src(g, name) : NULL;
-    if (!f) return 0;
+    if (!f) {
+        lua_pushnil(L);
+        return 1;
+    }
     lua_pushlstring(L, f->code, f->len);
     return 1;
 }
@@ -530,6 +539,18 @@ static void open_libs(lua_State *L) {
     lua_pop(L, 1);
 }
 
+/* Requires a module as loading a generation does: within the handler time
+ * budget, so that a module looping at load time fails the load instead of
+ * holding the reload (or the start) for ever. */
+static int require_within_budget(lua_State *L, const char *name, char *err, size_t errlen) {
+    budget_arm(L, config_num("lua.handler_budget_ms"));
+    budget_enter(L);
+    int rc = luart_require(L, name, err, errlen);
+    budget_leave();
+    budget_disarm(L);
+    return rc;
+}
+
 /* Creates a state for generation g with the host API of worker w.
  * Requires every module so that a generation is known to load whole. */
 static lua_State *state_new(sgw_gen *g, sgw_worker *w, int preload, char *err, size_t errlen) {
@@ -580,7 +601,20 @@ static lua_State *state_new(sgw_gen *g, sgw_worker *w, int preload, char *err, s
             if (nl > 5 && strcmp(name + nl - 5, "/init") == 0) name[nl - 5] = 0;
             for (char *p = name; *p; p++)
                 if (*p == '/') *p = '.';
-            if (luart_require(L, name, err, errlen)) {
+            /* A file no require can reach would go unchecked and unused. */
+            const struct src_file *reached = module_file(g, name);
+            if (reached != &g->files[i]) {
+                if (reached)
+                    snprintf(err, errlen, "%s can never be loaded: require('%s') loads %s", g->files[i].name, name,
+                             reached->name);
+                else
+                    snprintf(err, errlen, "%s can never be loaded: require('%s') does not look for it there",
+                             g->files[i].name, name);
+                lua_close(L);
+                mem_account_free(m);
+                return NULL;
+            }
+            if (require_within_budget(L, name, err, errlen)) {
                 lua_close(L);
                 mem_account_free(m);
                 return NULL;
@@ -649,7 +683,7 @@ static sgw_gen *gen_build(const char *root, char *err, size_t errlen) {
         return NULL;
     }
     int rc = -1;
-    if (luart_require(L, "handlers.routes", err, errlen) == 0) {
+    if (require_within_budget(L, "handlers.routes", err, errlen) == 0) {
         rc = routes_from_lua(L, &g->routes, err, errlen);
         for (int i = 0; rc == 0 && i < g->routes.n; i++) {
             char mod[600];
@@ -680,7 +714,12 @@ int luart_init(const char *root, char *err, size_t errlen) {
     runtime_root = strdup(root);
     if (!runtime_root) { snprintf(err, errlen, "out of memory"); return -1; }
     sgw_gen *g = gen_build(root, err, errlen);
-    if (!g) return -1;
+    if (!g) {
+        free(runtime_root);
+        runtime_root = NULL;
+        budget_stop();
+        return -1;
+    }
     pthread_mutex_lock(&gen_lock);
     g->id = next_gen_id++;
     current = g;

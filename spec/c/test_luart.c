@@ -10,10 +10,13 @@
  * lib/a/b.lua module a.b; a module required while it loads raises
  * "requires itself", and one whose loading raised raises its own error
  * again when required again; asset() hands out the generation's files;
+ * require('a/b') is not found (dots only); a module whose value is a
+ * light userdata (cjson.null) is not taken for one still loading;
  * luart_reload refuses an edit that breaks the tree (a syntax error, a
- * route naming no handler, no lib/dispatch.lua, a module that raises or
- * requires itself), says why, counts it and keeps the generation the
- * workers run, then takes the repaired tree; and every state's
+ * route naming no handler, no lib/dispatch.lua, a module that raises,
+ * requires itself or loops for ever while it loads, a file no require can
+ * reach), says why, counts it and keeps the generation the workers run,
+ * then takes the repaired tree; and every state's
  * math.random is seeded from the CSPRNG, not from Lua's own seed.
  *
  * Nothing outside the process: no PostgreSQL, no Redis.
@@ -70,10 +73,12 @@ static const char probe_sandbox_lua[] =
     "  require_outside = outcome(require, 'outside'),\n"
     "  require_outside_dir = outcome(require, 'spare.mod'),\n"
     "  require_asset = outcome(require, 'data.some'),\n"
+    "  require_slash = outcome(require, 'nest/inner'),\n"
     "  cjson = outcome(function() return require('cjson').encode({ 1, 2 }) end),\n"
     "  cjson_safe = outcome(function() return require('cjson.safe').decode('[\"three\"]')[1] end),\n"
     "  asset_json = asset('lib/data/some.json'),\n"
     "  asset_nope = type((asset('nope'))),\n"
+    "  asset_nope_values = select('#', asset('nope')),\n"
     "  asset_outside = type((asset('outside.lua'))),\n"
     "  asset_dotdot = type((asset('lib/../outside.lua'))),\n"
     "}\n"
@@ -100,6 +105,12 @@ static const struct { const char *file, *text; } tree[] = {
       "         tostring = tostring(1) }\n" },
     { "lib/nest/init.lua", "return { name = 'nest from lib/nest/init.lua' }\n" },
     { "lib/nest/inner.lua", "return { name = 'nest.inner from lib/nest/inner.lua' }\n" },
+    /* A module whose value is a light userdata, as cjson.null is. */
+    { "lib/nothing.lua", "return require('cjson').null\n" },
+    { "lib/nothing_twice.lua",
+      "local first = require('nothing')\n"
+      "local ok, second = pcall(require, 'nothing')\n"
+      "return { same = ok and second == first and first == require('cjson').null, err = ok and '' or tostring(second) }\n" },
     /* Cycles caught, so that the tree still loads: what the require raised. */
     { "lib/cycle/self.lua", "local ok, err = pcall(require, 'cycle.self')\nreturn { ok = ok, err = tostring(err) }\n" },
     { "lib/cycle/a.lua", "local ok, err = pcall(require, 'cycle.b')\nreturn { ok = ok, err = tostring(err) }\n" },
@@ -284,6 +295,11 @@ static void test_modules(lua_State *L) {
 
     expect_seen(L, "nest", "name", "nest from lib/nest/init.lua", "require('a') finds lib/a/init.lua");
     expect_seen(L, "nest.inner", "name", "nest.inner from lib/nest/inner.lua", "require('a.b') finds lib/a/b.lua");
+    expect_seen_has(L, "probe.sandbox", "require_slash", "error: ", "not found",
+                    "require('a/b') is not found (a second copy of a.b otherwise)");
+    expect_seen(L, "nothing_twice", "same", "true",
+                "a module whose value is a light userdata (cjson.null) is that value when required again");
+    expect_seen(L, "nothing_twice", "err", "", "and no cycle is reported for it");
 
     expect_seen(L, "cycle.self", "ok", "false", "a module requiring itself: the require raises");
     expect_seen_has(L, "cycle.self", "err", "", "module 'cycle.self' requires itself while loading",
@@ -306,6 +322,7 @@ static void test_modules(lua_State *L) {
 static void test_assets(lua_State *L) {
     expect_seen(L, "probe.sandbox", "asset_json", "{\"answer\": 42}\n", "asset('lib/data/some.json') is the file's text");
     expect_seen(L, "probe.sandbox", "asset_nope", "nil", "asset('nope') is nil");
+    expect_seen(L, "probe.sandbox", "asset_nope_values", "1", "asset('nope') returns one value, nil");
     expect_seen(L, "probe.sandbox", "asset_outside", "nil", "asset('outside.lua') (beside lib/) is nil");
     expect_seen(L, "probe.sandbox", "asset_dotdot", "nil", "asset('lib/../outside.lua') is nil");
 }
@@ -351,6 +368,9 @@ static void test_refused(sgw_worker *w, const breakage *b) {
 }
 
 static void test_reloads(sgw_worker *w) {
+    /* A short budget: the endless module is stopped after it. */
+    char err[256];
+    check(config_set("lua.handler_budget_ms", "300", err, sizeof err) == 0, "lua.handler_budget_ms set", err);
     static const breakage cases[] = {
         { "a syntax error in a lib file", "lib/typo.lua", "return { 1, 2\n", NULL, "lib/typo.lua:" },
         { "a route naming a handler that does not exist", "handlers/routes.lua",
@@ -362,6 +382,16 @@ static void test_reloads(sgw_worker *w) {
           "lib/raises.lua:1: cannot start: no config" },
         { "a module requiring itself", "lib/ouroboros.lua", "return require('ouroboros')\n", NULL,
           "module 'ouroboros' requires itself while loading" },
+        { "a module looping for ever while it loads (within lua.handler_budget_ms)", "lib/spin.lua",
+          "while true do end\n", NULL, "exceeded its time budget" },
+        { "handlers/init.lua, which no require reaches", "handlers/init.lua", "return {}\n", NULL,
+          "handlers/init.lua can never be loaded: require('handlers') does not look for it there" },
+        { "lib/nest.lua beside lib/nest/init.lua", "lib/nest.lua", "return { name = 'nest from lib/nest.lua' }\n",
+          NULL, "lib/nest/init.lua can never be loaded: require('nest') loads lib/nest.lua" },
+        { "lib/handlers/x.lua, hidden by handlers/", "lib/handlers/ping.lua", "return {}\n", NULL,
+          "lib/handlers/ping.lua can never be loaded: require('handlers.ping') loads handlers/ping.lua" },
+        { "a file name with a dot", "lib/a.b.lua", "return {}\n", NULL,
+          "lib/a.b.lua can never be loaded: require('a.b') does not look for it there" },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) test_refused(w, &cases[i]);
 }
