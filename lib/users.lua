@@ -1,6 +1,7 @@
 -- People who sign in to the workspace: one company each, an email and an
 -- Argon2id password hash. Used by the workspace and by `sgw user create`.
 local credentials = require "credentials"
+local trim = require "trim"
 
 local M = {}
 
@@ -11,7 +12,7 @@ M.MAX_PASSWORD = 1024
 
 -- Returns the email as stored (trimmed, lower-case), or nil and why.
 function M.check_email(email)
-  email = tostring(email or ""):match("^%s*(.-)%s*$"):lower()
+  email = trim(tostring(email or "")):lower()
   if email == "" then return nil, "Enter your email address." end
   if #email > 254 or not email:match("^[^%s@]+@[^%s@]+%.[^%s@.]+$") or email:find("..", 1, true) then
     return nil, "Enter an email address like name@example.com."

@@ -10,6 +10,7 @@ local web = require "workspace.web"
 local users = require "users"
 local companies = require "companies"
 local limit = require "workspace.login_limit"
+local trim = require "trim"
 
 local RECEIVED = "/workspace/login?notice=signed_up"
 
@@ -22,7 +23,7 @@ end
 return web.public(function(w)
   if not w.posted then return form(w, {}) end
   local f = w.form
-  local company = (f.company or ""):match("^%s*(.-)%s*$")
+  local company = trim(f.company or "")
   local errors = {}
   if company == "" or #company > 200 then errors.company = "Enter your company's name (1 to 200 characters)." end
   local email, why = users.check_email(f.email)

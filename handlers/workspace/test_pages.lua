@@ -3,9 +3,10 @@
 local web = require "workspace.web"
 local connections = require "workspace.connections"
 local test_pages = require "test_pages"
+local trim = require "trim"
 
 return web.page(function(w)
-  local name = (w.form.name or ""):match("^%s*(.-)%s*$")
+  local name = trim(w.form.name or "")
   local platform = w.form.platform
   if name == "" or #name > 200 or not test_pages.PLATFORMS[platform] then
     return connections.render(w, "test", { page_name = name, instagram_selected = platform == "instagram",

@@ -18,6 +18,7 @@
 local json = require "json"
 local graph_errors = require "platforms.graph_errors"
 local pause = require "platforms.graph_pause"
+local trim = require "trim"
 
 local M = {}
 
@@ -126,9 +127,6 @@ function M.parse_time(s)
   return t
 end
 
-local function trim(s)
-  return (tostring(s or ""):gsub("^%s+", ""):gsub("%s+$", ""))
-end
 
 -- How much earlier than we think Meta may date what we made (clocks differ).
 local CLOCK_SLACK = 60
@@ -153,7 +151,7 @@ function M.find_recent(path, token, opts)
       local t = M.parse_time(item[opts.time_field])
       if t and t < since then
         older_seen = not opts.oldest_first
-      elseif trim(item[opts.text_field]) == trim(opts.text) and (not opts.accept or opts.accept(item)) then
+      elseif trim(tostring(item[opts.text_field] or "")) == trim(tostring(opts.text or "")) and (not opts.accept or opts.accept(item)) then
         return item
       end
     end

@@ -4,6 +4,7 @@
 local scopes = require "scopes"
 local webhook_url = require "webhook_url"
 local web = require "workspace.web"
+local trim = require "trim"
 
 local M = {}
 
@@ -85,7 +86,7 @@ end
 -- credentials.create_client, or nil and {field = message}.
 function M.read_form(fields, company_id)
   local errors, ticked, list = {}, {}, {}
-  local name = (fields.name or ""):match("^%s*(.-)%s*$")
+  local name = trim(fields.name or "")
   if name == "" or #name > 200 then errors.name = "Give the client a name of 1 to 200 characters, e.g. the application that will use it." end
   local env = fields.environment
   if env ~= "live" and env ~= "test" then errors.environment = "Choose Sandbox or Live." end
@@ -96,7 +97,7 @@ function M.read_form(fields, company_id)
     end
   end
   if #list == 0 then errors.scopes = "Tick at least one scope: what the client may do." end
-  local url = (fields.webhook_url or ""):match("^%s*(.-)%s*$")
+  local url = trim(fields.webhook_url or "")
   if url ~= "" then
     local ok, why = webhook_url.check(url)
     if not ok then errors.webhook_url = "The webhook URL " .. why .. "." end
