@@ -233,7 +233,26 @@ static void drop_connection(sgw_pg *pg) {
     pgstmt_clear(pg->stmts);                 /* a new session has none */
 }
 
+/* A connection idle since its last statement may have been closed by the
+ * server meanwhile (a restart sends FATAL 57P01, then closes): it is
+ * replaced before anything is sent on it. Once a statement is sent on a
+ * connection that then breaks, nobody can say whether it ran, so it is
+ * never sent again (a write would be made twice); only reads are.
+ *
+ * An idle session hears from the server only when it is about to be
+ * closed, or (rarely) a notice: whatever it heard, a new session is
+ * cheaper than finding out by sending. This costs a poll. */
+static void drop_if_closed(sgw_pg *pg) {
+    if (!pg->conn || PQstatus(pg->conn) != CONNECTION_OK || PQtransactionStatus(pg->conn) != PQTRANS_IDLE) return;
+    struct pollfd fd = { .fd = PQsocket(pg->conn), .events = POLLIN };
+    if (poll(&fd, 1, 0) != 1) return;
+    (void)PQconsumeInput(pg->conn);            /* the server's last words reach the log */
+    log_msg(LOG_INFO, "db_reconnect", "the database wrote to an idle connection (closing it?); opening a new one");
+    drop_connection(pg);
+}
+
 static int ensure_connected(sgw_pg *pg, pg_failure *f) {
+    drop_if_closed(pg);
     if (pg->conn && PQstatus(pg->conn) == CONNECTION_OK) return 0;
     if (pg->tx_depth > 0) {
         set_failure(f, "08006", "%s", "the database connection was lost during the transaction, "
@@ -346,30 +365,24 @@ static PGresult *run(sgw_pg *pg, const char *sql, int nparams, const char *const
         }
         PQclear(b);
     }
-    for (int attempt = 0;; attempt++) {
-        if (ensure_connected(pg, f)) return NULL;
-        PGTransactionStatusType before = PQtransactionStatus(pg->conn);
-        PGresult *r = exec_params(pg, sql, nparams, vals);
-        ExecStatusType st = PQresultStatus(r);
-        if (result_ok(r)) return r;
-        if (st == PGRES_COPY_IN || st == PGRES_COPY_OUT || st == PGRES_COPY_BOTH) {
-            /* The protocol now waits for COPY data we will never stream;
-             * dropping the connection is the only clean way out. */
-            PQclear(r);
-            drop_connection(pg);
-            set_failure(f, "0A000", "%s", "COPY is not supported through db.query/db.exec");
-            return NULL;
-        }
-        if (PQstatus(pg->conn) == CONNECTION_BAD && attempt == 0 && before == PQTRANS_IDLE &&
-            pg->tx_depth == 0) {
-            PQclear(r);
-            log_msg(LOG_INFO, "db_retry", "the database connection broke; reconnecting once");
-            continue;
-        }
-        failure_from_result(f, r, pg);
+    /* A connection the server closed while idle is replaced first
+     * (ensure_connected); one that breaks after the send is not tried again
+     * (drop_if_closed says why). */
+    if (ensure_connected(pg, f)) return NULL;
+    PGresult *r = exec_params(pg, sql, nparams, vals);
+    ExecStatusType st = PQresultStatus(r);
+    if (result_ok(r)) return r;
+    if (st == PGRES_COPY_IN || st == PGRES_COPY_OUT || st == PGRES_COPY_BOTH) {
+        /* The protocol now waits for COPY data we will never stream;
+         * dropping the connection is the only clean way out. */
         PQclear(r);
+        drop_connection(pg);
+        set_failure(f, "0A000", "%s", "COPY is not supported through db.query/db.exec");
         return NULL;
     }
+    failure_from_result(f, r, pg);
+    PQclear(r);
+    return NULL;
 }
 
 /* For statements whose result carries nothing but success. */
@@ -523,6 +536,7 @@ static void connect_failed(sgw_pg *pg, const char *why) {
  * the caller yields and sends once it is done), 0 already connected, -1
  * with f filled in (unreachable, or inside the back-off after a failure). */
 static int connect_async(sgw_pg *pg, pg_failure *f) {
+    if (!pg->async) drop_if_closed(pg);
     if (pg->conn && PQstatus(pg->conn) == CONNECTION_OK) return 0;
     if (pg->tx_depth > 0) return ensure_connected(pg, f);      /* says why: lost mid-transaction */
     drop_connection(pg);
@@ -1203,8 +1217,9 @@ static int db_in_transaction(lua_State *L) {
  * The same calls for the job coroutine being resumed: each statement is
  * sent on a pool connection and the coroutine yields until pgpool_drive
  * has its answer (see pgpool.c). The context of a continuation packs the
- * call's kind, its attempt (a broken idle connection is tried once more on
- * a fresh one, as run() does) and its parameter count. */
+ * call's kind, its attempt (a read, or a statement whose session refused
+ * its prepared name, is tried once more on a new session) and its
+ * parameter count. */
 #define ACTX(kind, attempt, replica, n) \
     ((lua_KContext)(kind) | ((lua_KContext)(attempt) << 2) | ((lua_KContext)(replica) << 3) | ((lua_KContext)(n) << 4))
 #define ACTX_KIND(c)    ((run_kind)((c) & 3))
@@ -1317,8 +1332,11 @@ static int db_async_answer(lua_State *L, int status, lua_KContext ctx) {
         return db_async_send(L, 0, ctx & ~ACTX_REPLICA);
     }
     if (!box->res) {
+        /* Again on a new session only when the statement surely did not
+         * run (the session refused its name) or only read (drop_if_closed). */
         int broken = !pg->conn || PQstatus(pg->conn) == CONNECTION_BAD;
-        if (broken && ACTX_ATTEMPT(ctx) == 0 && before == PQTRANS_IDLE && !held && pg->tx_depth == 0) {
+        int again = lost || (broken && is_read(ACTX_KIND(ctx)));
+        if (again && ACTX_ATTEMPT(ctx) == 0 && before == PQTRANS_IDLE && !held && pg->tx_depth == 0) {
             lua_pop(L, 1);
             log_msg(LOG_INFO, "db_retry", lost ? "the session lost a prepared statement; trying once on a new one"
                                                : "the database connection broke; reconnecting once");

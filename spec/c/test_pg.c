@@ -9,6 +9,7 @@
 #include <libpq-fe.h>
 
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,8 +53,13 @@ static void sleep_ms(int ms) {
     nanosleep(&ts, NULL);
 }
 
+/* The worker connection whose backend kill_backend ends (set by main). */
+static sgw_pg *watched;
+
 /* kill_backend(pid): terminates that backend from the other session and
- * waits until it is gone, so the next statement surely meets a dead socket. */
+ * waits until it is gone and the watched connection has heard of it (the
+ * server's FATAL is there to read), so the next statement surely meets a
+ * closed session. */
 static int l_kill_backend(lua_State *L) {
     char pid[32], sql[160];
     snprintf(pid, sizeof pid, "%lld", (long long)luaL_checkinteger(L, 1));
@@ -67,6 +73,9 @@ static int l_kill_backend(lua_State *L) {
         if (!alive) break;
         sleep_ms(20);
     }
+    PGconn *c = watched ? pg_raw(watched) : NULL;
+    struct pollfd fd = { .fd = c ? PQsocket(c) : -1, .events = POLLIN };
+    if (fd.fd >= 0) poll(&fd, 1, 5000);
     return 0;
 }
 
@@ -312,8 +321,13 @@ static const char *reconnect_lua =
     "kill_backend(pid0)\n"
     "local rows, e = db.query('SELECT pg_backend_pid() AS p')\n"
     "check(rows and rows[1].p ~= pid0, 'a broken connection is retried once, transparently: ' .. tostring(e))\n"
-    "local x, msg, state = db.query('SELECT pg_terminate_backend(pg_backend_pid())')\n"
+    "assert(db.exec('CREATE SEQUENCE ' .. TBL .. '_seq'))\n"
+    "local x, msg, state = db.query(\"SELECT nextval('\" .. TBL .. \"_seq'), pg_terminate_backend(pg_backend_pid())\")\n"
     "check(x == nil and (state == '57P01' or state:sub(1, 2) == '08'), 'self-termination fails: ' .. tostring(state))\n"
+    "local seq = db.query('SELECT last_value AS v FROM ' .. TBL .. '_seq')\n"
+    "check(seq and seq[1].v == 1, 'a statement whose connection broke after the send is not sent again: ran '\n"
+    "  .. tostring(seq and seq[1].v) .. ' times')\n"
+    "assert(db.exec('DROP SEQUENCE ' .. TBL .. '_seq'))\n"
     "rows = db.query('SELECT 1 AS one')\n"
     "check(rows and rows[1].one == 1, 'reconnected on the next call')\n"
     "\n"
@@ -511,6 +525,7 @@ int main(void) {
     pg_close(bad);
 
     sgw_worker w = { .id = 1, .role = "http", .pg = pg_open(url) };
+    watched = w.pg;
     CHECK(pg_ping(w.pg) == 0, "ping");
     CHECK(pg_raw(w.pg) != NULL, "raw connection");
     lua_State *L = new_state(&w);

@@ -14,6 +14,7 @@
 #include <libpq-fe.h>
 
 #include <poll.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,6 +160,31 @@ static void run_all(sgw_worker *w, const char *const *chunks, int n) {
     check(lp.done == n, "every coroutine ended", NULL);
 }
 
+/* Waits (5 s at most) until n sockets of this process, except's aside,
+ * have something to read: the pool's connections have heard the server's
+ * FATAL, so the next statement surely meets a closed session. */
+static void wait_sockets_readable(int n, int except) {
+    uint64_t deadline = clock_mono_ms() + 5000;
+    for (;;) {
+        struct pollfd fds[64];
+        int nf = 0;
+        for (int fd = 3; fd < 1024 && nf < 64; fd++) {
+            struct stat st;
+            if (fd != except && fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode))
+                fds[nf++] = (struct pollfd){ .fd = fd, .events = POLLIN };
+        }
+        int readable = 0;
+        if (poll(fds, (nfds_t)nf, 0) > 0)
+            for (int i = 0; i < nf; i++) readable += (fds[i].revents & POLLIN) != 0;
+        if (readable >= n || clock_mono_ms() >= deadline) return;
+        /* Until one of those not yet readable is. */
+        int waiting = 0;
+        for (int i = 0; i < nf; i++)
+            if (!(fds[i].revents & POLLIN)) fds[waiting++] = (struct pollfd){ .fd = fds[i].fd, .events = POLLIN };
+        poll(fds, (nfds_t)waiting, 50);
+    }
+}
+
 /* Kills the pool's backends while idle: both connections first run a
  * marked statement, so that the other session can find them. */
 static void kill_idle_backends(sgw_worker *w, PGconn *other) {
@@ -179,6 +205,7 @@ static void kill_idle_backends(sgw_worker *w, PGconn *other) {
         if (gone) break;
         poll(NULL, 0, 20);
     }
+    wait_sockets_readable(2, PQsocket(other));
 }
 
 static const char *setup_sql =
@@ -469,7 +496,8 @@ static void test_on_database(const char *url) {
           "nothing of it was committed", PQgetvalue(r, 0, 0));
     PQclear(r);
 
-    /* Backends killed while idle: the next statement reconnects once. */
+    /* Backends killed while idle: the next statement finds the session
+     * closed before it is sent and goes on a new one. */
     kill_idle_backends(&w, other);
     static const char *const after_kill[] = {
         "local r, e = db.query('SELECT 1 AS one')\n"
@@ -479,20 +507,32 @@ static void test_on_database(const char *url) {
     };
     run_all(&w, after_kill, 2);
 
-    /* A transaction's BEGIN goes with its first statement. On a connection
-     * that broke meanwhile that statement is not retried (it began the
-     * transaction), its failure says the database is unavailable, and so
-     * does the transaction. */
+    /* So does a transaction: its BEGIN goes on a new session. */
     kill_idle_backends(&w, other);
-    static const char *const begin_broken[] = {
-        "local ok, err = pcall(db.transaction, function()\n"
-        "  local r, e = db.query('SELECT 1 AS one')\n"
-        "  check(r == nil and tostring(e):match('^database unavailable'), 'the first statement: ' .. tostring(e))\n"
-        "end)\n"
-        "check(not ok and tostring(err):match('^database unavailable') and not tostring(err):match('interrupted'),\n"
-        "      'a broken BEGIN says the database is unavailable: ' .. tostring(err))\n",
-    };
-    run_all(&w, begin_broken, 1);
+    run_one(&w,
+            "local ok, one = pcall(db.transaction, function() return db.query('SELECT 1 AS one')[1].one end)\n"
+            "check(ok and one == 1, 'a transaction begins on a new session: ' .. tostring(one))\n");
+
+    /* A session that breaks once the statement is sent: the statement may
+     * have run, so it is not sent again (nextval, which no rollback undoes,
+     * counts the runs); in a transaction, the BEGIN that rode with it fails
+     * too and the transaction says the database is unavailable. */
+    PQclear(PQexec(other, "DROP SEQUENCE IF EXISTS pgpool_runs; CREATE SEQUENCE pgpool_runs"));
+    run_one(&w,
+            "local r, e = db.query(\"SELECT nextval('pgpool_runs'), pg_terminate_backend(pg_backend_pid())\")\n"
+            "check(r == nil and tostring(e):match('^database unavailable'), 'a statement ending its session fails: ' .. tostring(e))\n");
+    r = PQexec(other, "SELECT last_value FROM pgpool_runs");
+    check(PQresultStatus(r) == PGRES_TUPLES_OK && strcmp(PQgetvalue(r, 0, 0), "1") == 0,
+          "a statement whose session broke after the send is not sent again (runs)", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    run_one(&w,
+            "local ok, err = pcall(db.transaction, function()\n"
+            "  local r, e = db.query('SELECT pg_terminate_backend(pg_backend_pid())')\n"
+            "  check(r == nil and tostring(e):match('^database unavailable'), 'the first statement: ' .. tostring(e))\n"
+            "end)\n"
+            "check(not ok and tostring(err):match('^database unavailable') and not tostring(err):match('interrupted'),\n"
+            "      'a BEGIN whose session broke says the database is unavailable: ' .. tostring(err))\n");
+    PQclear(PQexec(other, "DROP SEQUENCE pgpool_runs"));
 
     /* A statement the database gives up for the moment (a lock not taken
      * in time), and fn goes on: the transaction, rolled back, says busy as
