@@ -67,9 +67,11 @@ local function part_headers(block)
   local headers = {}
   if block == "" then return headers end
   for line in (block .. "\r\n"):gmatch("(.-)\r\n") do
-    local name, value = line:match("^(" .. TOKEN .. "):[ \t]*(.-)[ \t]*$")
+    local name, at = line:match("^(" .. TOKEN .. "):[ \t]*()")
     if not name then return nil end -- includes folded lines and bare LFs
-    headers[name:lower()] = value
+    -- Greedy to the last byte that is not a space or tab: one pass (a lazy
+    -- value before trailing blanks costs steps in the square of them).
+    headers[name:lower()] = line:match("^.*[^ \t]", at) or ""
   end
   return headers
 end

@@ -21,12 +21,26 @@ local function set_of(from, to, into)
   for b = from, to do into[b] = true end
   return into
 end
-local function cls(set) return { "cls", set } end
-local function cat(a, b) return { "cat", a, b } end
-local function alt(a, b) return { "alt", a, b } end
-local function star(x) return { "star", x } end
-local function opt(x) return { "opt", x } end
-local EMPTY = { "empty" }
+local function too_costly()
+  error({ regex = true, message = "too costly: more than " .. M.MAX_POSITIONS
+    .. " character positions (repetitions {n,m} count each copy)" }, 0)
+end
+
+-- Each node knows its weight w, the character positions it will take, so
+-- that a tree past the limit is refused as it is built: the automaton
+-- walks every copy of a repeated node, and a node of no weight repeated
+-- within repetitions ("(?:(?:){60}){60}") was never refused, and cost a
+-- walk of 60^depth nodes.
+local function weighed(node)
+  if node.w > M.MAX_POSITIONS then too_costly() end
+  return node
+end
+local function cls(set) return { "cls", set, w = 1 } end
+local function cat(a, b) return weighed({ "cat", a, b, w = a.w + b.w }) end
+local function alt(a, b) return weighed({ "alt", a, b, w = a.w + b.w }) end
+local function star(x) return { "star", x, w = x.w } end
+local function opt(x) return { "opt", x, w = x.w } end
+local EMPTY = { "empty", w = 0 }
 
 -- One non-ASCII character of the (folded) text: a lead byte and its continuation bytes.
 local MULTIBYTE = cat(cls(set_of(0xC2, 0xF4)), star(cls(set_of(0x80, 0xBF))))
@@ -173,11 +187,15 @@ local function parse(pattern)
   local function repeated()
     local node = atom()
     local q = peek()
+    if q ~= "" and q:match("^[*+?{]$") and node.w == 0 then
+      fail(i, "nothing to repeat before " .. q .. " (what comes before matches only the empty text)")
+    end
     if q == "*" then i = i + 1 node = star(node)
     elseif q == "+" then i = i + 1 node = cat(node, star(node))
     elseif q == "?" then i = i + 1 node = opt(node)
     elseif q == "{" then
       local lo, hi = bounds()
+      if node.w * (hi or lo + 1) > M.MAX_POSITIONS then too_costly() end
       local out = EMPTY
       for _ = 1, lo do out = cat(out, node) end
       if hi then
@@ -226,10 +244,7 @@ local function automaton(tree)
   local function walk(node)
     local kind = node[1]
     if kind == "cls" then
-      if #classes >= M.MAX_POSITIONS then
-        error({ regex = true, message = "too costly: more than " .. M.MAX_POSITIONS
-          .. " character positions (repetitions {n,m} count each copy)" }, 0)
-      end
+      if #classes >= M.MAX_POSITIONS then too_costly() end
       local p = #classes
       classes[p + 1], follow[p] = node[2], 0
       return false, 1 << p, 1 << p

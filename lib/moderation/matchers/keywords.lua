@@ -47,8 +47,13 @@ function M.compile_set(values)
   local last, found
   local function read(comment)
     found = nil
+    -- A keyword's phrase is looked for in the whole text, so a word met
+    -- again has nothing new to say ("buy buy buy ..." against "buy now"
+    -- searched the text once per "buy").
+    local seen = {}
     for word in comment.folded:gmatch(text_fold.WORD) do
-      local entries = index[word]
+      local entries = not seen[word] and index[word]
+      seen[word] = true
       if entries then
         for _, e in ipairs(entries) do
           if not (found and found[e.slot]) and (not e.phrase or comment.spaced:find(e.phrase, 1, true)) then
