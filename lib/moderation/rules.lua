@@ -13,6 +13,7 @@ local moderation = require "moderation"
 local M = {}
 
 M.MAX_RULES = 200
+M.MAX_SCOPE_IDS = 100 -- socialAccountIds of one rule
 M.ACTIONS = { hide = true, delete = true, flag = true }
 M.PLATFORMS = { facebook = true, instagram = true }
 local RULE_FIELDS = { id = true, name = true, enabled = true, match = true, scope = true, action = true }
@@ -58,14 +59,22 @@ local function pointer_part(key)
   return (tostring(key):gsub("~", "~0"):gsub("/", "~1"))
 end
 
--- A list of strings (each passing ok), or nil; errors at `at`.
-local function check_list(value, at, add, ok, what)
+-- A list of at most `max` different strings (each passing ok), or nil;
+-- errors at `at`.
+local function check_list(value, at, add, ok, what, max)
   if value == nil or value == json.null then return end
   if not is_array(value) or #value == 0 then
     return add(at, "invalid_value", "Must be a non-empty array of " .. what .. ", or null for all.")
   end
+  if #value > max then return add(at, "too_many", "At most " .. max .. " " .. what .. ".") end
+  local seen = {}
   for j, v in ipairs(value) do
-    if not ok(v) then add(at .. "/" .. (j - 1), "invalid_value", "Must be one of " .. what .. ".") end
+    if not ok(v) then
+      add(at .. "/" .. (j - 1), "invalid_value", "Must be one of " .. what .. ".")
+    elseif seen[v] then
+      add(at .. "/" .. (j - 1), "invalid_value", v .. " is listed twice.")
+    end
+    seen[v] = true
   end
 end
 
@@ -76,9 +85,9 @@ local function check_scope(scope, at, add)
     if not SCOPE_FIELDS[k] then add(at .. "/" .. pointer_part(k), "unknown_field", "Unknown field " .. k .. ".") end
   end
   check_list(scope.socialAccountIds, at .. "/socialAccountIds", add,
-    function(v) return type(v) == "string" and v ~= "" and #v <= 64 end, "social account ids")
+    function(v) return type(v) == "string" and v ~= "" and #v <= 64 end, "social account ids", M.MAX_SCOPE_IDS)
   check_list(scope.platforms, at .. "/platforms", add,
-    function(v) return M.PLATFORMS[v] == true end, "facebook, instagram")
+    function(v) return M.PLATFORMS[v] == true end, "facebook, instagram", 2)
 end
 
 local function check_match(match, at, add)
@@ -172,13 +181,27 @@ end
 -- The stored rules' scope account ids that are no account of the client's
 -- company and environment, as errors[] entries (a PUT's second check).
 function M.foreign_accounts(client, stored)
+  local all = {}
+  for _, r in ipairs(stored) do
+    local ids = r.scope ~= json.null and r.scope.socialAccountIds
+    if type(ids) == "table" then
+      for _, id in ipairs(ids) do all[#all + 1] = id end
+    end
+  end
   local errors = {}
+  if #all == 0 then return errors end
+  -- One statement for every rule's ids (up to 200 x 100 of them).
+  local known = {}
+  for _, row in ipairs(assert(db.query([[SELECT id FROM social_accounts
+      WHERE id IN (SELECT jsonb_array_elements_text($1::jsonb)) AND company_id = $2 AND environment = $3]],
+      json.encode(all), client.company_id, client.environment))) do
+    known[row.id] = true
+  end
   for i, r in ipairs(stored) do
     local ids = r.scope ~= json.null and r.scope.socialAccountIds
     if type(ids) == "table" then
       for j, id in ipairs(ids) do
-        if not assert(db.query([[SELECT 1 FROM social_accounts WHERE id = $1 AND company_id = $2 AND environment = $3]],
-            id, client.company_id, client.environment))[1] then
+        if not known[id] then
           errors[#errors + 1] = { field = "/rules/" .. (i - 1) .. "/scope/socialAccountIds/" .. (j - 1),
             code = "invalid_value", message = "No social account of yours with id " .. id .. " in this environment." }
         end

@@ -70,9 +70,14 @@ describe("moderation rules", function()
     assert.are.same({ "/rules/0/match/regex invalid_value", "/rules/1/action invalid_value",
       "/rules/1/id duplicate_id", "/rules/1/match/keywords invalid_value" }, fields_of(problem))
     -- Well-formed but naming another company's account: refused too.
-    status, problem = put(sandbox, { { match = { links = true }, action = "hide", scope = { socialAccountIds = { other.fb.id } } } })
+    -- Checked across every rule at once: only the foreign ids are pointed at.
+    status, problem = put(sandbox, {
+      { match = { links = true }, action = "hide", scope = { socialAccountIds = { other.fb.id } } },
+      { match = { links = true }, action = "flag", scope = { socialAccountIds = { sandbox.fb.id, other.fb.id } } },
+    })
     assert.are.equal(422, status)
-    assert.are.same({ "/rules/0/scope/socialAccountIds/0 invalid_value" }, fields_of(problem))
+    assert.are.same({ "/rules/0/scope/socialAccountIds/0 invalid_value",
+      "/rules/1/scope/socialAccountIds/1 invalid_value" }, fields_of(problem))
     local _, after = sandbox.api("GET", "/api/v1/moderation/rules")
     assert.are.same(before, after)
   end)

@@ -192,6 +192,18 @@ describe("rules", function()
     assert.are.same({ "/rules too_many" }, fields_of({ rules = many }))
     assert.are.same({ "/rules required" }, fields_of({}))
   end)
+
+  it("bounds a scope's lists: at most 100 account ids, each listed once", function()
+    local ids = {}
+    for i = 1, rules.MAX_SCOPE_IDS + 1 do ids[i] = "acc_" .. i end
+    assert.are.same({ "/rules/0/scope/socialAccountIds too_many" },
+      fields_of({ rules = { rule({ links = true }, { scope = { socialAccountIds = ids } }) } }))
+    ids[rules.MAX_SCOPE_IDS + 1] = nil
+    assert.are.same({}, fields_of({ rules = { rule({ links = true }, { scope = { socialAccountIds = ids } }) } }))
+    assert.are.same({ "/rules/0/scope/platforms/1 invalid_value", "/rules/0/scope/socialAccountIds/2 invalid_value" },
+      fields_of({ rules = { rule({ links = true }, { scope = { socialAccountIds = { "a", "b", "a" },
+        platforms = { "facebook", "facebook" } } }) } }))
+  end)
 end)
 
 -- The rules as they ran before the shared keyword index, the literal prefilter
