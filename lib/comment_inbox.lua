@@ -34,11 +34,18 @@ local function boolean_param(q, name)
   return BOOLEAN[v]
 end
 
+local FIRST_TIME = -62135596800 -- 0001-01-01T00:00:00Z: PostgreSQL has no year 0
+
+-- Passed on in UTC, however it was written: PostgreSQL refuses offsets past
+-- 15:59 that RFC 3339 allows.
 local function time_param(q, name)
   local v = q[name]
   if v == nil then return nil end
-  if not post_rules.parse_time(v) then bad(name, name .. " must be an RFC 3339 date-time with a zone, such as 2026-01-31T09:00:00Z.") end
-  return v
+  local t = post_rules.parse_time(v)
+  if not t or t < FIRST_TIME then
+    bad(name, name .. " must be an RFC 3339 date-time with a zone, such as 2026-01-31T09:00:00Z.")
+  end
+  return post_rules.format_time(t)
 end
 
 -- A LIKE pattern that matches `s` literally, anywhere.

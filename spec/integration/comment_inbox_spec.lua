@@ -121,6 +121,9 @@ describe("comment inbox", function()
     assert.are.same(expect { "hidden", "deleted" }, ids(all("createdSince=" .. escape(c.hidden.createdAt))))
     -- Any offset: the same instant written in another zone.
     assert.are.same(expect { "first" }, ids(all("createdUntil=" .. escape(c.first.createdAt:gsub("Z$", "+00:00")))))
+    -- An offset RFC 3339 allows and PostgreSQL alone would refuse (past 15:59).
+    assert.are.same({}, ids(all("createdSince=" .. escape("2100-01-01T20:00:00+20:00"))))
+    assert.are.same(ids(all("")), ids(all("createdUntil=" .. escape("2100-01-01T20:00:00+20:00"))))
   end)
 
   it("finds text case-insensitively, LIKE wildcards taken literally", function()
@@ -137,6 +140,7 @@ describe("comment inbox", function()
       { "isHidden", "yes" }, { "isDeleted", "1" }, { "isFromAccount", "" }, { "platform", "tiktok" },
       { "order", "random" }, { "limit", "0" }, { "limit", "101" }, { "limit", "2x" },
       { "createdSince", "yesterday" }, { "createdUntil", "2026-02-30T00:00:00Z" }, { "createdSince", "2026-01-01T00:00:00" },
+      { "createdSince", "0000-01-01T00:00:00Z" }, { "createdUntil", "0001-01-01T00:00:00+01:00" },
       { "q", "" }, { "q", ("x"):rep(201) }, { "socialAccountId", "a b" }, { "postId", ("p"):rep(65) },
     } do
       local status, problem, headers = t.api("GET", "/api/v1/comments?" .. case[1] .. "=" .. escape(case[2]))
