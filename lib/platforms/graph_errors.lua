@@ -154,9 +154,13 @@ local function platform_code(e)
   return tostring(e.code)
 end
 
--- Messages go to clients and logs: short, and never with a token in them.
+-- Messages go to clients and logs: short, and never with a token in them,
+-- neither as a parameter nor quoted by Meta ("Malformed access token
+-- EAAB..."): any run of 40 letters and digits is one (ids and words are
+-- shorter; tokens are hundreds long).
 local function short(s)
   s = tostring(s or ""):gsub("access_token=[^&%s\"]*", "access_token=[redacted]")
+  s = s:gsub("%w+", function(run) if #run >= 40 then return "[redacted]" end end)
   if #s > 500 then s = s:sub(1, 500) .. "..." end
   return s
 end

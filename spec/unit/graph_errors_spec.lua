@@ -78,6 +78,19 @@ describe("graph_errors.from_response", function()
     assert.equal("token_expired", class_of(400, { message = "Session key invalid or no longer valid", code = 102 }).code)
   end)
 
+  it("never passes on a token Meta quotes in its message", function()
+    local token = "EAAB" .. ("x1Y"):rep(60)
+    local e = class_of(400, { message = "Malformed access token " .. token, code = 190,
+      error_user_msg = "Token " .. token .. " cannot be used" })
+    assert.equal("Malformed access token [redacted]", e.message)
+    assert.is_nil(cjson.encode(e):find(token:sub(1, 20), 1, true))
+    -- Ids and words are left alone.
+    e = class_of(400, { message = "(#100) Object with ID '1234567890123456_987654321098765' does not exist", code = 100 })
+    assert.equal("(#100) Object with ID '1234567890123456_987654321098765' does not exist", e.message)
+    e = class_of(400, { message = "Invalid parameter https://x.example/?access_token=abc&y=1", code = 100 })
+    assert.equal("Invalid parameter https://x.example/?access_token=[redacted]&y=1", e.message)
+  end)
+
   it("tells Instagram's suspected spam (4/2207051) from the app's rate limit (4), and never retries it", function()
     local e = class_of(400, { message = "We restrict certain activity to protect our community.", code = 4,
       error_subcode = 2207051 })
