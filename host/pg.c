@@ -60,6 +60,15 @@
 #define RECONNECT_INTERVAL_MS 1000
 /* Bounds each connection attempt unless database.url sets connect_timeout. */
 #define CONNECT_TIMEOUT_S     "5"
+/* Our fallbacks for every session, ahead of the conninfo (which wins): a
+ * bound on each connection attempt, and TCP settings that notice a database
+ * host gone without a word (powered off, cut off) in about a minute instead
+ * of the kernel's minutes to hours: keepalives for a connection waiting on
+ * an answer, a user timeout for data never acknowledged. */
+static const char *const CONNECT_KEYS[] = { "connect_timeout", "fallback_application_name", "keepalives",
+                                            "keepalives_idle", "keepalives_interval", "keepalives_count",
+                                            "tcp_user_timeout", "dbname", NULL };
+#define CONNECT_VALS(conninfo) { CONNECT_TIMEOUT_S, "sgw", "1", "30", "10", "3", "60000", (conninfo), NULL }
 /* The advisory lock that serialises concurrent `sgw migrate` runs ("sgw-migr"). */
 #define MIGRATE_LOCK_KEY      8315746273955768178LL
 #define RESULT_MT             "sgw.pg.result"
@@ -125,6 +134,7 @@ struct sgw_pg {
     char     *async_sql[BATCH_MAX]; /* the statements being prepared (owned) */
     sgw_pgstmt *stmts;           /* prepared on this connection (owned) */
     int       connecting;        /* a connection started without waiting (connect_async) */
+    uint64_t  connect_deadline;  /* monotonic ms when it gives up; 0: never */
     PostgresPollingStatusType connect_wants;
     PGTransactionStatusType async_before;
     PGresult *async_settings;    /* the first failure before the statements */
@@ -177,9 +187,8 @@ static void notice_to_log(void *arg, const PGresult *r) {
  * comes last so that anything it sets wins over our fallbacks. */
 static PGconn *connect_session(const char *conninfo, const char *setup_sql, int log_notices,
                                char *err, size_t errlen) {
-    const char *keys[] = { "connect_timeout", "fallback_application_name", "dbname", NULL };
-    const char *vals[] = { CONNECT_TIMEOUT_S, "sgw", conninfo, NULL };
-    PGconn *c = PQconnectdbParams(keys, vals, 1);
+    const char *vals[] = CONNECT_VALS(conninfo);
+    PGconn *c = PQconnectdbParams(CONNECT_KEYS, vals, 1);
     if (!c) {
         snprintf(err, errlen, "out of memory");
         return NULL;
@@ -532,6 +541,18 @@ static void connect_failed(sgw_pg *pg, const char *why) {
     pg->connecting = 0;
 }
 
+/* The connect_timeout a connection was started with, in ms (0: none).
+ * libpq applies it only to the connections it makes while waiting; one
+ * driven by PQconnectPoll is held to it by pg_async_step. */
+static uint64_t connect_timeout_ms(PGconn *c) {
+    long long seconds = 0;
+    PQconninfoOption *opts = PQconninfo(c);
+    for (PQconninfoOption *o = opts; o && o->keyword; o++)
+        if (strcmp(o->keyword, "connect_timeout") == 0 && o->val) seconds = atoll(o->val);
+    PQconninfoFree(opts);
+    return seconds > 0 ? (uint64_t)seconds * 1000u : 0;
+}
+
 /* Starts connecting without waiting: 1 started (pg_async_fd/step drive it;
  * the caller yields and sends once it is done), 0 already connected, -1
  * with f filled in (unreachable, or inside the back-off after a failure). */
@@ -544,14 +565,15 @@ static int connect_async(sgw_pg *pg, pg_failure *f) {
         set_failure(f, "08001", "database unavailable: %s", pg->last_error);
         return -1;
     }
-    const char *keys[] = { "connect_timeout", "fallback_application_name", "dbname", NULL };
-    const char *vals[] = { CONNECT_TIMEOUT_S, "sgw", pg->conninfo, NULL };
-    pg->conn = PQconnectStartParams(keys, vals, 1);
+    const char *vals[] = CONNECT_VALS(pg->conninfo);
+    pg->conn = PQconnectStartParams(CONNECT_KEYS, vals, 1);
     if (!pg->conn || PQstatus(pg->conn) == CONNECTION_BAD) {
         connect_failed(pg, pg->conn ? PQerrorMessage(pg->conn) : "out of memory");
         set_failure(f, "08001", "database unavailable: %s", pg->last_error);
         return -1;
     }
+    uint64_t limit = connect_timeout_ms(pg->conn);
+    pg->connect_deadline = limit ? clock_mono_ms() + limit : 0;
     pg->connecting = 1;
     pg->connect_wants = PGRES_POLLING_WRITING;
     pg->async = 1;
@@ -591,7 +613,16 @@ static int connect_step(sgw_pg *pg, short revents) {
 int pg_async_step(sgw_pg *pg, short revents) {
     if (!pg || !pg->async) return 0;
     if (pg->async_done) return 1;
-    if (pg->connecting) return connect_step(pg, revents);
+    if (pg->connecting) {
+        /* A server that took the connection and never answers (or a SYN
+         * that goes nowhere) would hold the caller for minutes. */
+        if (pg->connect_deadline && clock_mono_ms() >= pg->connect_deadline) {
+            connect_failed(pg, "timeout expired while connecting (connect_timeout)");
+            pg->async_done = 1;
+            return 1;
+        }
+        return connect_step(pg, revents);
+    }
     PGconn *c = pg->conn;
     if (pg->async_flush) {
         int fl = PQflush(c);

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "free_port.h"
 
 /* ------------------------------------------------------------ the line */
 
@@ -594,6 +595,32 @@ static void test_on_database(const char *url) {
     worker_close(&w);
 }
 
+/* A server that takes the connection and never answers (a listening
+ * socket nobody accepts from: the kernel completes the handshake): the
+ * statement fails once connect_timeout has passed, instead of waiting on
+ * it for as long as the socket lives. No database needed. */
+static void test_connect_timeout(void) {
+    int port = test_free_port();
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    if (port < 0 || fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 16)) {
+        check(0, "a listener that never answers", "cannot listen");
+        if (fd >= 0) close(fd);
+        return;
+    }
+    char url[160];
+    snprintf(url, sizeof url, "host=127.0.0.1 port=%d dbname=silent user=nobody connect_timeout=1", port);
+    sgw_worker w;
+    worker_open(&w, 9, url, 1);
+    run_one(&w,
+            "local r, e, state = db.query('SELECT 1')\n"
+            "check(r == nil and state == '08001' and tostring(e):match('timeout expired while connecting'),\n"
+            "      'a connection the server never answers fails at connect_timeout: ' .. tostring(e))\n");
+    worker_close(&w);
+    close(fd);
+}
+
 int main(void) {
     char err[512];
     if (config_load_file("config/sgw.conf", 1, err, sizeof err)) {
@@ -601,6 +628,7 @@ int main(void) {
         return 1;
     }
     test_line();
+    test_connect_timeout();
     const char *url = getenv("SGW_TEST_DATABASE_URL");
     if (url && *url) test_on_database(url);
     else printf("SKIP: the database part (SGW_TEST_DATABASE_URL not set)\n");
