@@ -1355,7 +1355,15 @@ static int db_async_answer(lua_State *L, int status, lua_KContext ctx) {
      * knows none, and the statement may be tried again on it (below). */
     int lost = !box->res && named && name_lost(&f);
     if (lost) pg_drop(pg);
+    /* A transaction begun by hand (db.exec('BEGIN')) on a connection going
+     * back to the pool would take in the next coroutines' statements:
+     * dropped (the server rolls it back), and the caller told. */
+    int left_open = !held && pg->conn && PQtransactionStatus(pg->conn) != PQTRANS_IDLE;
+    if (left_open) pg_drop(pg);
     if (!held) pgpool_release(p, pg);
+    if (left_open)
+        return luaL_error(L, "db.%s: the statement left a transaction open, which was rolled back; "
+                          "use db.transaction", run_names[ACTX_KIND(ctx)]);
     if (!box->res && (ctx & ACTX_REPLICA) && replica_only_failure(f.sqlstate)) {
         /* The replica failed where the primary would not: the primary. */
         replica_failed(f.message);

@@ -497,6 +497,18 @@ static void test_on_database(const char *url) {
           "nothing of it was committed", PQgetvalue(r, 0, 0));
     PQclear(r);
 
+    /* A BEGIN by hand outside db.transaction: its connection would go back
+     * to the pool inside the transaction and take in the next caller's
+     * statements. It raises, and the next statement commits on its own. */
+    run_one(&w,
+            "local ok, err = pcall(db.exec, 'BEGIN')\n"
+            "check(not ok and tostring(err):match('left a transaction open'), 'a BEGIN by hand raises: ' .. tostring(err))\n"
+            "check(db.exec('INSERT INTO pgpool_t VALUES ($1, 1)', 'after_begin') == 1, 'the next statement runs')\n");
+    r = PQexec(other, "SELECT count(*) FROM pgpool_t WHERE who = 'after_begin'");
+    check(PQresultStatus(r) == PGRES_TUPLES_OK && strcmp(PQgetvalue(r, 0, 0), "1") == 0,
+          "and is committed, in no transaction left open", PQgetvalue(r, 0, 0));
+    PQclear(r);
+
     /* Backends killed while idle: the next statement finds the session
      * closed before it is sent and goes on a new one. */
     kill_idle_backends(&w, other);
