@@ -65,21 +65,24 @@ function M.find_upload(client, upload_id)
 end
 
 -- Inside the transaction that stores an upload of `size` bytes: raises 413
--- when the company's uploads (both environments) would then exceed
--- uploads.company_quota_bytes (0: no quota). Uploads of one company are
--- counted one at a time (a transaction-scoped lock), so two at once cannot
--- both fit in the last free bytes.
-function M.reserve_quota(company_id, size)
+-- when the company's uploads of this environment would then exceed
+-- uploads.company_quota_bytes (0: no quota). Each environment has a quota
+-- of its own, so sandbox tests can never stop live uploads (nor learn what
+-- live holds). Uploads of one company and environment are counted one at a
+-- time (a transaction-scoped lock), so two at once cannot both fit in the
+-- last free bytes.
+function M.reserve_quota(company_id, environment, size)
   local quota = config.get("uploads.company_quota_bytes")
   if quota <= 0 then return end
-  assert(db.query("SELECT pg_advisory_xact_lock(hashtextextended('sgw.uploads.quota:' || $1, 0))", company_id))
-  local used = tonumber(assert(db.query(
-    "SELECT coalesce(sum(size_bytes), 0)::bigint AS used FROM uploads WHERE company_id = $1", company_id))[1].used)
+  assert(db.query("SELECT pg_advisory_xact_lock(hashtextextended('sgw.uploads.quota:' || $1 || ':' || $2, 0))",
+    company_id, environment))
+  local used = tonumber(assert(db.query([[SELECT coalesce(sum(size_bytes), 0)::bigint AS used FROM uploads
+      WHERE company_id = $1 AND environment = $2]], company_id, environment))[1].used)
   if used + size > quota then
-    require("problem").raise(413, "payload_too_large", ("This image (%d bytes) would take your company's uploads "
+    require("problem").raise(413, "payload_too_large", ("This image (%d bytes) would take your company's %s uploads "
       .. "past their quota: %d of %d bytes are in use. Uploads no post uses are deleted %d days after they were "
       .. "made; reuse an uploaded image by its uploadId, or ask the operator for a larger quota.")
-      :format(size, used, quota, config.get("retention.uploads_days")))
+      :format(size, environment == "live" and "live" or "sandbox", used, quota, config.get("retention.uploads_days")))
   end
 end
 

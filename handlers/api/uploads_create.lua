@@ -44,7 +44,7 @@ return function(req, ctx)
   local c = ctx.client
   local row
   db.transaction(function()
-    media.reserve_quota(c.company_id, #bytes)
+    media.reserve_quota(c.company_id, c.environment, #bytes)
     row = assert(db.query(INSERT, "upl_" .. crypto.random_token(24), c.company_id, c.environment, c.client_id,
       image.mime_type, #bytes, image.width, image.height, crypto.sha256_hex(bytes), image.jpeg_variant))[1]
     assert(db.exec("INSERT INTO upload_bytes (upload_id, data) VALUES ($1, decode($2, 'base64'))",

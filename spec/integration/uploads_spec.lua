@@ -380,10 +380,15 @@ describe("upload quota, storage and retention", function()
     assert.matches(("%d of %d bytes are in use"):format(#jpeg * 2, #jpeg * 2 + 10), p.detail, 1, true)
     assert.are.equal("2", stack.psql(sgw.database_url, "SELECT count(*) FROM uploads u JOIN api_clients c "
       .. "ON c.id = u.client_id WHERE c.company_id = '" .. a .. "'"))
-    -- Another company has its own quota; the live environment shares A's.
+    -- Another company has its own quota, and so has A's live environment:
+    -- its sandbox full stops no live upload.
     assert.are.equal(201, (upload(sgw, kb, jpeg)))
     local live = cli(sgw, { "client", "create", "--company", a, "--environment", "live", "--scopes", "uploads:write" })
-    assert.are.equal(413, (upload(sgw, live.apiKey, jpeg)))
+    assert.are.equal(201, (upload(sgw, live.apiKey, jpeg)))
+    assert.are.equal(201, (upload(sgw, live.apiKey, img.jpeg(64, 64))))
+    st, body, h = upload(sgw, live.apiKey, jpeg)
+    assert.are.equal(413, st)
+    assert.matches("live uploads", problem(st, body, h, "payload_too_large").detail, 1, true)
     assert(sgw:stop())
   end)
 
