@@ -32,8 +32,9 @@ local function check_body(body)
   local ids = type(body) == "table" and json.is_array(body.commentIds) and body.commentIds or {}
   local seen = {}
   for i, id in ipairs(ids) do
-    if type(id) ~= "string" or id == "" then
-      errors[#errors + 1] = { field = pointer(i), code = "invalid_value", message = "A comment id must be a non-empty string." }
+    if type(id) ~= "string" or id == "" or #id > 64 then
+      -- Echoed back in errors: bounded like every id the API gives.
+      errors[#errors + 1] = { field = pointer(i), code = "invalid_value", message = "A comment id is a string of 1 to 64 characters." }
     elseif seen[id] then
       errors[#errors + 1] = { field = pointer(i), code = "duplicate_comment",
         message = id .. " is listed already, at " .. pointer(seen[id]) .. "." }

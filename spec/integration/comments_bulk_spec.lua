@@ -142,6 +142,7 @@ describe("bulk comment actions", function()
       { { action = "hide", commentIds = a.id }, { ["/commentIds"] = "invalid_value" } },
       { { action = "hide", commentIds = { a.id, 7, a.id } },
         { ["/commentIds/1"] = "invalid_value", ["/commentIds/2"] = "duplicate_comment" } },
+      { { action = "hide", commentIds = { a.id, ("c"):rep(65) } }, { ["/commentIds/1"] = "invalid_value" } },
       { { action = "hide", commentIds = { a.id }, companyId = "cmp_x", why = 1 },
         { ["/companyId"] = "field_not_allowed", ["/why"] = "unknown_field" } },
     }
