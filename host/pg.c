@@ -942,6 +942,19 @@ static int push_failure(lua_State *L, const pg_failure *f) {
     return 3;
 }
 
+static int raise_failure(lua_State *L, const pg_failure *f);
+
+/* A statement that failed before it was sent (a parameter it cannot send,
+ * the send itself): outside a transaction, nil and the failure as usual.
+ * Inside one the server knows nothing of it, so fn could go on and commit
+ * the rest without it: it raises instead, and the transaction rolls back. */
+static int unsent_failure(lua_State *L, const sgw_pg *pg, const pg_failure *f) {
+    /* 25P02: refused because the transaction is over already, which
+     * db.transaction raises by itself when fn returns. */
+    int raise = pg && pg->tx_depth > 0 && strcmp(f->sqlstate, "25P02") != 0;
+    return raise ? raise_failure(L, f) : push_failure(L, f);
+}
+
 /* Turns the n values from stack index base on into text parameters.
  * Strings made here (JSON of tables) are left on the stack so that vals
  * stay valid until the call ends. Returns 0, or -1 with f filled in for a
@@ -1117,7 +1130,7 @@ static int db_run(lua_State *L, run_kind kind) {
     const char *vals[MAX_PARAMS];
     char num[MAX_PARAMS][48];
     pg_failure f;
-    if (collect_params(L, n, vals, num, &f)) return push_failure(L, &f);
+    if (collect_params(L, n, vals, num, &f)) return unsent_failure(L, pg, &f);
 
     res_box *box = new_res_box(L);
     box->res = is_read(kind) ? run_read(pg, lua_tostring(L, 1), n, vals, &f)
@@ -1302,8 +1315,6 @@ static int yield_on(lua_State *L, sgw_pgpool *p, lua_KContext ctx, lua_KFunction
 }
 
 static int db_async_send(lua_State *L, int status, lua_KContext ctx);
-static int raise_failure(lua_State *L, const pg_failure *f);
-
 /* A failure that says the session does not hold the statements we think it
  * does. Missing or already there: a pooler that does not track prepared
  * statements hands our transactions to other sessions, so names go off for
@@ -1415,7 +1426,7 @@ static int db_async_send(lua_State *L, int status, lua_KContext ctx) {
     lua_settop(L, top);
     if (rc) {
         if (!pgpool_held(p, L)) pgpool_release(p, pg);
-        return push_failure(L, &f);
+        return unsent_failure(L, pg, &f);
     }
     pgpool_sent(p, pg);
     return yield_on(L, p, ctx, db_async_answer);
@@ -1521,7 +1532,7 @@ static int db_batch_send(lua_State *L, int status, lua_KContext ctx) {
     int rc = batch_collect(L, nstmt, b, &f);
     if (rc == 0) rc = send_batch(pg, b->st, nstmt, 0, &f);
     lua_settop(L, nstmt);
-    if (rc) return push_failure(L, &f);
+    if (rc) return unsent_failure(L, pg, &f);
     pgpool_sent(p, pg);
     return yield_on(L, p, ctx, db_batch_answer);
 }
@@ -1533,7 +1544,7 @@ static int db_batch_run(lua_State *L, int nstmt) {
     if (!pg) return push_not_configured(L);
     batch_params *b = lua_newuserdatauv(L, sizeof *b, 0);   /* freed by the collector, whatever is raised */
     pg_failure f;
-    if (batch_collect(L, nstmt, b, &f)) return push_failure(L, &f);
+    if (batch_collect(L, nstmt, b, &f)) return unsent_failure(L, pg, &f);
     lua_createtable(L, nstmt, 0);
     for (int k = 0; k < nstmt; k++) {
         res_box *box = new_res_box(L);

@@ -497,6 +497,22 @@ static void test_on_database(const char *url) {
           "nothing of it was committed", PQgetvalue(r, 0, 0));
     PQclear(r);
 
+    /* A statement that cannot be sent (a NUL in a parameter): nil and the
+     * failure outside a transaction; inside one it raises, so that fn
+     * cannot go on and commit what came before without it. */
+    run_one(&w,
+            "local n, e, state = db.exec('INSERT INTO pgpool_t VALUES ($1, 1)', 'nul\\0byte')\n"
+            "check(n == nil and state == '22021', 'outside a transaction: nil and 22021: ' .. tostring(e))\n"
+            "local ok, err = pcall(db.transaction, function()\n"
+            "  assert(db.exec('INSERT INTO pgpool_t VALUES ($1, 1)', 'before_nul'))\n"
+            "  db.exec('INSERT INTO pgpool_t VALUES ($1, 1)', 'nul\\0byte')\n"
+            "end)\n"
+            "check(not ok and tostring(err):match('zero byte'), 'inside one it raises: ' .. tostring(err))\n");
+    r = PQexec(other, "SELECT count(*) FROM pgpool_t WHERE who = 'before_nul'");
+    check(PQresultStatus(r) == PGRES_TUPLES_OK && strcmp(PQgetvalue(r, 0, 0), "0") == 0,
+          "and what came before it in the transaction is rolled back", PQgetvalue(r, 0, 0));
+    PQclear(r);
+
     /* A BEGIN by hand outside db.transaction: its connection would go back
      * to the pool inside the transaction and take in the next caller's
      * statements. It raises, and the next statement commits on its own. */
