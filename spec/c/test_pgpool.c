@@ -209,6 +209,15 @@ static void kill_idle_backends(sgw_worker *w, PGconn *other) {
     wait_sockets_readable(2, PQsocket(other));
 }
 
+/* The other session says how many rows of pgpool_t `who` wrote, and
+ * that it is `want`. */
+static void expect_rows(PGconn *other, const char *who, const char *want, const char *name) {
+    const char *vals[1] = { who };
+    PGresult *r = PQexecParams(other, "SELECT count(*) FROM pgpool_t WHERE who = $1", 1, NULL, vals, NULL, NULL, 0);
+    check(PQresultStatus(r) == PGRES_TUPLES_OK && strcmp(PQgetvalue(r, 0, 0), want) == 0, name, PQgetvalue(r, 0, 0));
+    PQclear(r);
+}
+
 static const char *setup_sql =
     "DROP TABLE IF EXISTS pgpool_t; CREATE TABLE pgpool_t (who text, n int)";
 
@@ -492,10 +501,7 @@ static void test_on_database(const char *url) {
         "end)\n"
         "check(not ok and tostring(err):match('rolled back'), 'the transaction raises: ' .. tostring(err))\n"
         "check(db.query('SELECT 2 AS two')[1].two == 2, 'the connection serves the next caller')\n" }, 1);
-    r = PQexec(other, "SELECT count(*) FROM pgpool_t WHERE who = 'nobegin'");
-    check(PQresultStatus(r) == PGRES_TUPLES_OK && strcmp(PQgetvalue(r, 0, 0), "0") == 0,
-          "nothing of it was committed", PQgetvalue(r, 0, 0));
-    PQclear(r);
+    expect_rows(other, "nobegin", "0", "nothing of it was committed");
 
     /* A statement that cannot be sent (a NUL in a parameter): nil and the
      * failure outside a transaction; inside one it raises, so that fn
@@ -508,10 +514,7 @@ static void test_on_database(const char *url) {
             "  db.exec('INSERT INTO pgpool_t VALUES ($1, 1)', 'nul\\0byte')\n"
             "end)\n"
             "check(not ok and tostring(err):match('zero byte'), 'inside one it raises: ' .. tostring(err))\n");
-    r = PQexec(other, "SELECT count(*) FROM pgpool_t WHERE who = 'before_nul'");
-    check(PQresultStatus(r) == PGRES_TUPLES_OK && strcmp(PQgetvalue(r, 0, 0), "0") == 0,
-          "and what came before it in the transaction is rolled back", PQgetvalue(r, 0, 0));
-    PQclear(r);
+    expect_rows(other, "before_nul", "0", "and what came before it in the transaction is rolled back");
 
     /* A BEGIN by hand outside db.transaction: its connection would go back
      * to the pool inside the transaction and take in the next caller's
@@ -520,10 +523,7 @@ static void test_on_database(const char *url) {
             "local ok, err = pcall(db.exec, 'BEGIN')\n"
             "check(not ok and tostring(err):match('left a transaction open'), 'a BEGIN by hand raises: ' .. tostring(err))\n"
             "check(db.exec('INSERT INTO pgpool_t VALUES ($1, 1)', 'after_begin') == 1, 'the next statement runs')\n");
-    r = PQexec(other, "SELECT count(*) FROM pgpool_t WHERE who = 'after_begin'");
-    check(PQresultStatus(r) == PGRES_TUPLES_OK && strcmp(PQgetvalue(r, 0, 0), "1") == 0,
-          "and is committed, in no transaction left open", PQgetvalue(r, 0, 0));
-    PQclear(r);
+    expect_rows(other, "after_begin", "1", "and is committed, in no transaction left open");
 
     /* Backends killed while idle: the next statement finds the session
      * closed before it is sent and goes on a new one. */
