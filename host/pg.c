@@ -654,7 +654,10 @@ int pg_async_step(sgw_pg *pg, short revents) {
             if (!PQexitPipelineMode(c)) pg->async_broken = 1;
             break;
         }
-        if (pg->async_nulls >= pg->async_pipeline) goto broken;
+        if (pg->async_nulls >= pg->async_pipeline) {
+            PQclear(r);
+            goto broken;
+        }
         int part = pg->async_part[pg->async_nulls], k = pg->async_stmt[pg->async_nulls];
         if (part == PART_STATEMENT) {
             if (!pg->async_result[k]) pg->async_result[k] = r;

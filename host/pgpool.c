@@ -256,7 +256,9 @@ void pgpool_forget(sgw_pgpool *p, lua_State *co) {
         if (s->user != co) continue;
         /* A statement still in flight or a transaction left open: the
          * connection's state is not known to be clean. Dropping it makes the
-         * server roll back; the next user reconnects. */
+         * server roll back an open transaction (a statement already running
+         * outside one may still complete there: jobs are at least once); the
+         * next user reconnects. */
         if (s->sent || s->held || pg_in_transaction(s->pg)) pg_abandon(s->pg);
         s->user = NULL;
         s->held = 0;
