@@ -76,8 +76,14 @@ void replica_failed(const char *why) {
 static PGconn *measure(PGconn *c, long long max_lag) {
     if (!c || PQstatus(c) != CONNECTION_OK) {
         if (c) PQfinish(c);
-        const char *keys[] = { "dbname", "connect_timeout", "application_name", NULL };
-        const char *vals[] = { config_str("database.read_url"), "5", "sgw-replica-check", NULL };
+        /* Bounded like the workers' sessions (pg.c), so that a replica host
+         * gone without a word stalls the measurements (and the stop that
+         * waits for this thread) for about a minute, not hours; the one
+         * statement is bounded as well. */
+        const char *keys[] = { "dbname", "connect_timeout", "application_name", "keepalives", "keepalives_idle",
+                               "keepalives_interval", "keepalives_count", "tcp_user_timeout", "options", NULL };
+        const char *vals[] = { config_str("database.read_url"), "5", "sgw-replica-check", "1", "30", "10", "3",
+                               "60000", "-c statement_timeout=5000", NULL };
         c = PQconnectdbParams(keys, vals, 1);
         if (!c || PQstatus(c) != CONNECTION_OK) {
             char why[256];
