@@ -66,6 +66,7 @@ typedef struct job {
     int        attempts, max_attempts;
     lua_State *co;
     int        ref;                  /* anchors co in the registry */
+    int        on_http;              /* parked on an outbound call (http.request) */
 } job;
 
 typedef struct timer {
@@ -359,6 +360,7 @@ static void resume_job(runner *r, job *j, int nargs) {
 
     if (st == LUA_YIELD) {
         int ours = loop_owns(&r->w, co, nres);
+        j->on_http = ours && lua_touserdata(co, -1) == (void *)r->w.httpc;
         lua_pop(co, nres);
         if (ours) return; /* waiting for its transfer, statement or Redis call */
         finish_job(r, j, OUT_FAILED, 0,
@@ -558,10 +560,11 @@ static void claim(runner *r) {
 }
 
 /* The ids of running jobs as a PostgreSQL array literal. */
-static void running_ids(runner *r, char *buf, size_t cap) {
+static void running_ids(runner *r, int but_on_http, char *buf, size_t cap) {
     size_t o = (size_t)snprintf(buf, cap, "{");
     for (int i = 0; i < r->concurrency && o + 24 < cap; i++)
-        if (r->jobs[i].used) o += (size_t)snprintf(buf + o, cap - o, "%s%lld", o > 1 ? "," : "", r->jobs[i].id);
+        if (r->jobs[i].used && !(but_on_http && r->jobs[i].on_http))
+            o += (size_t)snprintf(buf + o, cap - o, "%s%lld", o > 1 ? "," : "", r->jobs[i].id);
     snprintf(buf + o, cap - o, "}");
 }
 
@@ -579,7 +582,7 @@ static void heartbeat(runner *r) {
     size_t cap = (size_t)r->concurrency * 22 + 8;
     char *ids = malloc(cap);
     if (!ids) return;
-    running_ids(r, ids, cap);
+    running_ids(r, 0, ids, cap);
     char lease[32];
     snprintf(lease, sizeof lease, "%.3f", r->lease_s);
     const char *v[] = { r->locker, lease, ids };
@@ -592,16 +595,25 @@ static void heartbeat(runner *r) {
 }
 
 /* At the end of the drain: give unfinished jobs back at once instead of
- * when their leases run out. Their attempt stays counted. */
+ * when their leases run out (their attempt stays counted), except those
+ * waiting on an outbound call. That call may still reach the platform (a
+ * Graph POST slower than the drain): another instance taking the job at
+ * once would find nothing there yet and publish again. Those keep their
+ * leases, which outlast the call (jobs.lease_seconds is above
+ * meta.request_timeout_seconds), and the next run finds what it did. */
 static void abandon(runner *r) {
     /* Their open transactions end first (dropped: the server rolls back). */
-    for (int i = 0; i < r->concurrency; i++)
-        if (r->jobs[i].used) loop_forget(&r->w, r->jobs[i].co);
+    int kept = 0;
+    for (int i = 0; i < r->concurrency; i++) {
+        if (!r->jobs[i].used) continue;
+        loop_forget(&r->w, r->jobs[i].co);
+        kept += r->jobs[i].on_http;
+    }
     size_t cap = (size_t)r->concurrency * 22 + 8;
     char *ids = malloc(cap);
     if (ids) {
         pg_reset_session(r->w.pg);
-        running_ids(r, ids, cap);
+        running_ids(r, 1, ids, cap);
         const char *v[] = { r->locker, ids };
         PQclear(exec_sql(r, "releasing unfinished jobs",
                          "UPDATE jobs SET locked_by = NULL, locked_until = NULL "
@@ -609,8 +621,8 @@ static void abandon(runner *r) {
                          2, v, PGRES_COMMAND_OK));
         free(ids);
     }
-    log_msg(LOG_WARN, "jobs_abandoned", "job worker %d: %d job(s) still running at the end of the drain were released",
-            r->id, r->running);
+    log_msg(LOG_WARN, "jobs_abandoned", "job worker %d: %d job(s) still running at the end of the drain: %d released, "
+            "%d left to their leases (an outbound call in flight)", r->id, r->running, r->running - kept, kept);
 }
 
 /* ------------------------------------------------------------ timers */

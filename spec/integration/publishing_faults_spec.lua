@@ -283,6 +283,34 @@ describe("publishing through crashes", function()
     for i = 1, 30 do assert.are.equal(1, times_published(fake, t.page.id, "Crash test " .. i), "Crash test " .. i) end
   end)
 
+  it("publishes once when sgw stops while a publishing POST is still on its way", function()
+    -- The drain (0.5 s) ends while the platform takes 4 s over the POST,
+    -- which it then carries out. The job keeps its lease (8 s), so the next
+    -- instance takes it only once the call is over, and finds the post.
+    local fake = fake_graph.start({})
+    local set = settings(fake, { ["http.drain_seconds"] = 0.5, ["jobs.lease_seconds"] = 8,
+      ["meta.request_timeout_seconds"] = 6 })
+    local sgw = stack.start_sgw { name = "faults-drain", set = set }
+    local t = tenant(sgw, fake)
+    fake.fail({ match = { method = "POST", path = "/{page}/feed" }, count = 1, kind = "delay", delay_ms = 4000 })
+    local body = t.text("Stopped mid-call")
+    stack.eventually(function() return #fake.requests({ method = "POST", path = "/" .. t.page.id .. "/feed" }) > 0 end,
+      20, 0.02, "the POST on its way")
+    assert.are.equal(0, sgw:stop(30))
+    local again = stack.start_sgw { name = "faults-drain-2", set = set, database_url = sgw.database_url, migrate = false }
+    t.inst = again
+    assert.are.equal("succeeded", t.wait(body.operationId, 60).status)
+    -- Counted once the platform has finished every POST it was sent.
+    stack.eventually(function()
+      for _, r in ipairs(fake.requests({ method = "POST", path = "/" .. t.page.id .. "/feed" })) do
+        if r.outcome == nil or r.outcome == cjson.null then return false end
+      end
+      return true
+    end, 20, 0.05, "the platform to finish the POSTs")
+    assert.are.equal(1, times_published(fake, t.page.id, "Stopped mid-call"))
+    assert.are.equal(1, #fake.requests({ method = "POST", path = "/" .. t.page.id .. "/feed" }))
+  end)
+
   it("loses and duplicates nothing when PostgreSQL restarts in the middle", function()
     local pg = own_services.postgres("faults", "sgw_faults")
     finally(pg.purge) -- also when the test fails: no server left running
