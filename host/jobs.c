@@ -54,6 +54,7 @@
 #define TIMER_TICK_MS    1000
 #define TIMER_CLEANUP_MS (3600u * 1000u)
 #define LISTEN_RETRY_MS  2000
+#define HEARTBEAT_RETRY_MS 1000  /* a lease extension that failed is tried again after this */
 #define WARN_EVERY_MS    10000       /* at most one "database down" line per worker */
 #define MAX_TIMERS       256
 #define MAX_ERROR        4000        /* bytes of an error kept in last_error */
@@ -95,6 +96,7 @@ typedef struct runner {
     int         state_broken;        /* a job hit the memory ceiling */
     uint64_t    refresh_failed_gen;
     uint64_t    last_claim, last_flush, last_heartbeat, last_tick, last_cleanup, last_warn;
+    uint64_t    last_renewed;        /* when the leases were last extended for sure */
     uint64_t    heartbeat_ms;        /* a third of the lease */
     uint64_t    next_due;            /* monotonic ms when the next future job is due; 0: none known */
     uint64_t    rng;
@@ -546,7 +548,7 @@ static void claim(runner *r) {
     int n = PQntuples(res);
     r->more = n == want;
     /* The claim gave these leases their full length. */
-    if (r->running == 0 && n > 0) r->last_heartbeat = r->last_claim;
+    if (r->running == 0 && n > 0) r->last_heartbeat = r->last_renewed = r->last_claim;
     /* All are reserved first: starting many takes a while, and the leases
      * of those still waiting to start must be kept meanwhile too. */
     job *claimed[n > 0 ? n : 1];
@@ -574,10 +576,11 @@ static void heartbeat(runner *r) {
     uint64_t now = clock_mono_ms();
     /* Later than two thirds of the lease: another instance may be about to
      * take these jobs for dead. Say so, the operator should know why. */
-    if (r->last_heartbeat && now - r->last_heartbeat > (uint64_t)(r->lease_s * 1000.0 * 2.0 / 3.0))
-        log_msg(LOG_WARN, "job_heartbeat_late", "job worker %d extended its leases %llu ms after the last time "
+    uint64_t since = r->last_renewed ? now - r->last_renewed : 0;
+    if (since > (uint64_t)(r->lease_s * 1000.0 * 2.0 / 3.0))
+        log_msg(LOG_WARN, "job_heartbeat_late", "job worker %d extends its leases %llu ms after the last time "
                 "(jobs.lease_seconds %.1f): the machine or the database is overloaded",
-                r->id, (unsigned long long)(now - r->last_heartbeat), r->lease_s);
+                r->id, (unsigned long long)since, r->lease_s);
     r->last_heartbeat = now;
     size_t cap = (size_t)r->concurrency * 22 + 8;
     char *ids = malloc(cap);
@@ -587,10 +590,18 @@ static void heartbeat(runner *r) {
     snprintf(lease, sizeof lease, "%.3f", r->lease_s);
     const char *v[] = { r->locker, lease, ids };
     log_msg(LOG_DEBUG, "job_leases", "worker %d extends %s", r->id, ids);
-    PQclear(exec_sql(r, "extending leases",
-                     "UPDATE jobs SET locked_until = now() + make_interval(secs => $2) "
-                     "WHERE id = ANY($3::bigint[]) AND locked_by = $1",
-                     3, v, PGRES_COMMAND_OK));
+    PGresult *res = exec_sql(r, "extending leases",
+                             "UPDATE jobs SET locked_until = now() + make_interval(secs => $2) "
+                             "WHERE id = ANY($3::bigint[]) AND locked_by = $1",
+                             3, v, PGRES_COMMAND_OK);
+    if (res) {
+        r->last_renewed = now;
+    } else if (r->heartbeat_ms > HEARTBEAT_RETRY_MS) {
+        /* Not extended: again soon, not a third of the lease later, when
+         * the leases may have run out and another instance taken the jobs. */
+        r->last_heartbeat = now - r->heartbeat_ms + HEARTBEAT_RETRY_MS;
+    }
+    PQclear(res);
     free(ids);
 }
 
