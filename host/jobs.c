@@ -245,6 +245,14 @@ static void finish_job(runner *r, job *j, outcome out, double secs, const char *
     PGresult *res = NULL;
     if (out == OUT_DONE) {
         if (r->ndone == r->concurrency) flush_done(r); /* more ended within one batch than there are slots */
+        if (r->ndone == r->concurrency) {
+            /* Not deleted (the database failing) and no room to keep one
+             * more: the oldest is let go, and runs again when its lease ends. */
+            log_msg(LOG_ERROR, "job_done_unrecorded", "job %lld ended done but could not be recorded; it will run again",
+                    r->done[0]);
+            memmove(r->done, r->done + 1, (size_t)(r->ndone - 1) * sizeof *r->done);
+            r->ndone--;
+        }
         r->done[r->ndone++] = j->id;
         log_msg(LOG_DEBUG, "job_done", "job %lld (%s) done on attempt %d", j->id, j->kind, j->attempts);
         count(j, "done");
@@ -319,9 +327,12 @@ static void flush_done(runner *r) {
                         r->done[i]);
         }
     }
+    /* Not deleted: kept (their leases still extended by heartbeat) and
+     * tried again with the next batch, instead of running again when the
+     * leases end. */
+    if (res) r->ndone = 0;
     PQclear(res);
     free(ids);
-    r->ndone = 0;
 }
 
 /* ------------------------------------------------------------ running */
@@ -407,7 +418,7 @@ static void heartbeat(runner *r);
 /* Leases are extended between any two resumptions, so that a long batch
  * of answers (many jobs resumed one after another) never lets them lapse. */
 static void keep_leases(runner *r) {
-    if (r->running > 0 && clock_mono_ms() - r->last_heartbeat >= r->heartbeat_ms) heartbeat(r);
+    if ((r->running > 0 || r->ndone > 0) && clock_mono_ms() - r->last_heartbeat >= r->heartbeat_ms) heartbeat(r);
 }
 
 static void on_ready(lua_State *co, int nres, void *ud) {
@@ -561,12 +572,15 @@ static void claim(runner *r) {
     if (!r->more) find_next_due(r, offset);
 }
 
-/* The ids of running jobs as a PostgreSQL array literal. */
-static void running_ids(runner *r, int but_on_http, char *buf, size_t cap) {
+/* The ids of running jobs as a PostgreSQL array literal; with_done: and of
+ * those that ended done and are not deleted yet (whose leases must hold). */
+static void running_ids(runner *r, int but_on_http, int with_done, char *buf, size_t cap) {
     size_t o = (size_t)snprintf(buf, cap, "{");
     for (int i = 0; i < r->concurrency && o + 24 < cap; i++)
         if (r->jobs[i].used && !(but_on_http && r->jobs[i].on_http))
             o += (size_t)snprintf(buf + o, cap - o, "%s%lld", o > 1 ? "," : "", r->jobs[i].id);
+    for (int i = 0; with_done && i < r->ndone && o + 24 < cap; i++)
+        o += (size_t)snprintf(buf + o, cap - o, "%s%lld", o > 1 ? "," : "", r->done[i]);
     snprintf(buf + o, cap - o, "}");
 }
 
@@ -582,10 +596,10 @@ static void heartbeat(runner *r) {
                 "(jobs.lease_seconds %.1f): the machine or the database is overloaded",
                 r->id, (unsigned long long)since, r->lease_s);
     r->last_heartbeat = now;
-    size_t cap = (size_t)r->concurrency * 22 + 8;
+    size_t cap = (size_t)(r->concurrency + r->ndone) * 22 + 8;
     char *ids = malloc(cap);
     if (!ids) return;
-    running_ids(r, 0, ids, cap);
+    running_ids(r, 0, 1, ids, cap);
     char lease[32];
     snprintf(lease, sizeof lease, "%.3f", r->lease_s);
     const char *v[] = { r->locker, lease, ids };
@@ -624,7 +638,7 @@ static void abandon(runner *r) {
     char *ids = malloc(cap);
     if (ids) {
         pg_reset_session(r->w.pg);
-        running_ids(r, 1, ids, cap);
+        running_ids(r, 1, 0, ids, cap);
         const char *v[] = { r->locker, ids };
         PQclear(exec_sql(r, "releasing unfinished jobs",
                          "UPDATE jobs SET locked_by = NULL, locked_until = NULL "

@@ -8,7 +8,9 @@
  * {retry_in = s} runs it again as a new attempt; {retry_in = s, attempt =
  * false} runs it again and gives the run back; an error retries it until
  * max_attempts, then buries it with its last error; a result the runner
- * cannot read, and a kind without a handler, fail the same way.
+ * cannot read, and a kind without a handler, fail the same way. A job done
+ * whose row the database would not delete keeps its lease and is deleted
+ * later, without running again.
  */
 #include "sgw.h"
 
@@ -198,6 +200,45 @@ static void test_outcomes(void) {
     check(strncmp(row, "dead 1 ", 7) == 0 && strstr(row, "unknown job kind"), "a kind without a handler is buried", row);
 }
 
+/* Waits, with a deadline, until sql answers want. */
+static int eventually_value(const char *sql, const char *want) {
+    uint64_t deadline = clock_mono_ms() + 10000;
+    char buf[64];
+    while (clock_mono_ms() < deadline) {
+        if (strcmp(value(sql, buf, sizeof buf), want) == 0) return 1;
+        usleep(20000);
+    }
+    return 0;
+}
+
+/* A job that ended done while its row could not be deleted (a trigger
+ * refuses, as a failing database would): it is kept, its lease still
+ * extended, and deleted once the database takes it; it never runs again. */
+static void test_done_unrecorded(void) {
+    int made = exec_ok(db, "CREATE SEQUENCE delete_attempts; "
+                           "CREATE FUNCTION refuse_delete() RETURNS trigger LANGUAGE plpgsql AS "
+                           "$$ BEGIN PERFORM nextval('delete_attempts'); RAISE EXCEPTION 'deletes refused'; END $$; "
+                           "CREATE TRIGGER refuse_delete BEFORE DELETE ON jobs FOR EACH ROW EXECUTE FUNCTION refuse_delete()");
+    check(made, "a trigger refusing deletes", PQerrorMessage(db));
+    if (!made) return;
+    char buf[64], sql[256], lease[64], runs[64];
+    long long id = strtoll(value("INSERT INTO jobs (kind, payload) VALUES ('t_done', '{}') RETURNING id", buf, sizeof buf),
+                           NULL, 10);
+    exec_ok(db, "NOTIFY sgw_jobs");
+    snprintf(sql, sizeof sql, "SELECT count(*) = 1 AND (SELECT is_called FROM delete_attempts) FROM runs WHERE job_id = %lld",
+             id);
+    check(eventually_value(sql, "t"), "the job ran, and its delete was refused", NULL);
+    snprintf(sql, sizeof sql, "SELECT locked_until FROM jobs WHERE id = %lld", id);
+    value(sql, lease, sizeof lease);
+    snprintf(sql, sizeof sql, "SELECT locked_until > '%s' FROM jobs WHERE id = %lld", lease, id);
+    check(eventually_value(sql, "t"), "its lease is still extended", lease);
+    exec_ok(db, "DROP TRIGGER refuse_delete ON jobs");
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM jobs WHERE id = %lld", id);
+    check(eventually_value(sql, "0"), "it is deleted once the database takes it", NULL);
+    job_spec j = { .id = id };
+    check(strcmp(runs_of(&j, runs, sizeof runs), "1") == 0, "it ran once", runs);
+}
+
 /* ------------------------------------------------------------ main */
 
 int main(void) {
@@ -234,7 +275,8 @@ int main(void) {
                   config_set("redis.url", "", err, sizeof err) ||
                   config_set("jobs.poll_interval_ms", "50", err, sizeof err) ||
                   config_set("jobs.retry_base_seconds", "0.05", err, sizeof err) ||
-                  config_set("jobs.retry_max_seconds", "0.1", err, sizeof err))) {
+                  config_set("jobs.retry_max_seconds", "0.1", err, sizeof err) ||
+                  config_set("jobs.lease_seconds", "2", err, sizeof err))) {
         printf("config: %s\n", err);
         ready = 0;
     }
@@ -245,6 +287,7 @@ int main(void) {
     }
     if (ready && jobs_start(1) == 0) {
         test_outcomes();
+        test_done_unrecorded();
         jobs_stop();
     } else {
         check(0, "the job runner starts", err);
