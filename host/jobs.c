@@ -552,6 +552,9 @@ static void claim(runner *r) {
         "WHERE id IN (SELECT id FROM jobs WHERE status = 'pending' "
         "AND run_at <= now() + make_interval(secs => $4) "
         "AND (locked_until IS NULL OR locked_until < now()) "
+        /* Not one whose last attempt never reported back (its instance
+         * died with it, each time: see bury_unfinished). */
+        "AND (locked_by IS NULL OR attempts < max_attempts) "
         "ORDER BY run_at, id LIMIT $3 FOR UPDATE SKIP LOCKED) "
         "RETURNING id, kind, payload::text, attempts, max_attempts",
         4, v, PGRES_TUPLES_OK);
@@ -648,6 +651,24 @@ static void abandon(runner *r) {
     }
     log_msg(LOG_WARN, "jobs_abandoned", "job worker %d: %d job(s) still running at the end of the drain: %d released, "
             "%d left to their leases (an outbound call in flight)", r->id, r->running, r->running - kept, kept);
+}
+
+/* Buries the jobs whose last attempt never reported back: still leased to
+ * an instance, the lease over, no attempt left. A job that kills its
+ * instance (a crash, the memory of the machine) would otherwise go round
+ * every instance for ever; claims already pass them by. */
+static void bury_unfinished(runner *r) {
+    PGresult *res = exec_sql(r, "burying unfinished jobs",
+                             "UPDATE jobs SET status = 'dead', locked_by = NULL, locked_until = NULL, "
+                             "last_error = 'its last attempt never finished: the instance running it stopped "
+                             "without a word (a crash?) each time' "
+                             "WHERE status = 'pending' AND locked_by IS NOT NULL AND locked_until < now() "
+                             "AND attempts >= max_attempts RETURNING id, kind",
+                             0, NULL, PGRES_TUPLES_OK);
+    for (int i = 0; res && i < PQntuples(res); i++)
+        log_msg(LOG_ERROR, "job_dead", "job %s (%s): its last attempt never finished and it is dead",
+                PQgetvalue(res, i, 0), PQgetvalue(res, i, 1));
+    PQclear(res);
 }
 
 /* ------------------------------------------------------------ timers */
@@ -768,6 +789,7 @@ static void timers_tick(runner *r) {
         r->last_cleanup = r->last_tick;
         PQclear(exec_sql(r, "pruning timer_runs", "DELETE FROM timer_runs WHERE created_at < now() - interval '1 day'",
                          0, NULL, PGRES_COMMAND_OK));
+        bury_unfinished(r);
     }
 }
 

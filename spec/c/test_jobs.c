@@ -239,6 +239,48 @@ static void test_done_unrecorded(void) {
     check(strcmp(runs_of(&j, runs, sizeof runs), "1") == 0, "it ran once", runs);
 }
 
+/* Left as instances leave them, before the runner starts: one whose last
+ * attempt was still leased to an instance that died with it (never claimed
+ * again, buried), one given back at the end of a drain with no attempt
+ * left (still run). */
+static long long orphan_id, released_id;
+
+static void insert_leftovers(void) {
+    char buf[32];
+    orphan_id = strtoll(value("INSERT INTO jobs (kind, payload, max_attempts, attempts, locked_by, locked_until) "
+                              "VALUES ('t_done', '{}', 2, 2, 'gone-instance', now() - interval '1 second') RETURNING id",
+                              buf, sizeof buf), NULL, 10);
+    released_id = strtoll(value("INSERT INTO jobs (kind, payload, max_attempts, attempts) "
+                                "VALUES ('t_done', '{}', 2, 2) RETURNING id", buf, sizeof buf), NULL, 10);
+}
+
+static void test_leftovers(void) {
+    char sql[256], row[4300], runs[64];
+    snprintf(sql, sizeof sql, "SELECT status || ' ' || coalesce(last_error, '-') FROM jobs WHERE id = %lld", orphan_id);
+    value(sql, row, sizeof row);
+    check(strncmp(row, "dead ", 5) == 0 && strstr(row, "never finished"),
+          "a job whose last attempt never reported back is buried, not run again", row);
+    job_spec orphan = { .id = orphan_id }, released = { .id = released_id };
+    check(strcmp(runs_of(&orphan, runs, sizeof runs), "") == 0, "it did not run", runs);
+    check(strcmp(runs_of(&released, runs, sizeof runs), "3") == 0,
+          "a job given back at a drain runs, whatever its attempts", runs);
+
+    /* Between burials, claims pass such a job by: one more orphan, then a
+     * job claimed after it, which runs while the orphan stays. */
+    char buf[32];
+    orphan.id = strtoll(value("INSERT INTO jobs (kind, payload, max_attempts, attempts, locked_by, locked_until) "
+                              "VALUES ('t_done', '{}', 2, 2, 'gone-instance', now() - interval '1 second') RETURNING id",
+                              buf, sizeof buf), NULL, 10);
+    job_spec after = { .id = strtoll(value("INSERT INTO jobs (kind, payload, run_at) VALUES ('t_done', '{}', "
+                                           "now() + interval '10 milliseconds') RETURNING id", buf, sizeof buf), NULL, 10) };
+    exec_ok(db, "NOTIFY sgw_jobs");
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM runs WHERE job_id = %lld", after.id);
+    check(eventually_value(sql, "1"), "a job due after it runs", NULL);
+    check(strcmp(runs_of(&orphan, runs, sizeof runs), "") == 0, "the orphan is not claimed", runs);
+    snprintf(sql, sizeof sql, "DELETE FROM jobs WHERE id = %lld", orphan.id);
+    exec_ok(db, sql);
+}
+
 /* ------------------------------------------------------------ main */
 
 int main(void) {
@@ -285,8 +327,10 @@ int main(void) {
         printf("handlers: %s\n", err);
         ready = 0;
     }
+    if (ready) insert_leftovers();
     if (ready && jobs_start(1) == 0) {
         test_outcomes();
+        test_leftovers();
         test_done_unrecorded();
         jobs_stop();
     } else {
