@@ -52,7 +52,7 @@
 #define EASY_MT "sgw.httpc.easy"
 #define DEFAULT_MAX_RESPONSE ((size_t)16 << 20)
 /* Sockets of the caller's that httpc_poll also waits on (the job pool's). */
-#define EXTRA_FDS_MAX 64
+#define EXTRA_FDS_MAX HTTPC_EXTRA_FDS_MAX
 
 typedef struct xfer xfer;
 
@@ -477,6 +477,10 @@ static int xfer_setup(xfer *x, CURL *e, const req_opts *o) {
     SET(CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
     SET(CURLOPT_FOLLOWLOCATION, 0L);
     SET(CURLOPT_NOSIGNAL, 1L);
+    /* A transfer that ends while its name is still being resolved must not
+     * wait for the resolver thread, on the loop's thread (a DNS server that
+     * stopped answering would stall every coroutine of the loop). */
+    SET(CURLOPT_QUICK_EXIT, 1L);
     SET(CURLOPT_TIMEOUT_MS, o->timeout_ms);
     SET(CURLOPT_CONNECTTIMEOUT_MS, o->connect_timeout_ms);
     SET(CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)x->body_limit);

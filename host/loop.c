@@ -42,6 +42,11 @@ int loop_open(sgw_worker *w, int max_coroutines) {
     return w->inbox && w->waits ? 0 : -1;
 }
 
+/* Every socket a loop waits on reaches poll through httpc_wait: a loop's
+ * sockets (and the two of a job runner's own) must all fit there, or the
+ * last ones (Redis, the inbox) would go unwatched while transfers run. */
+_Static_assert(2 + LOOP_FDS_MAX <= HTTPC_EXTRA_FDS_MAX, "httpc_wait must take every socket of a loop");
+
 void loop_set_current(sgw_worker *w, lua_State *co) {
     httpc_set_current(w->httpc, co);
     pgpool_set_current(w->pgpool, co);

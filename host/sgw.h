@@ -400,8 +400,9 @@ void       httpc_set_current(sgw_httpc *h, lua_State *co);
 /* Runs transfers for up to timeout_ms; for each finished one calls
  * on_ready(co, 0, ud), which must resume co before it returns (the results
  * are built inside the coroutine, under its protected call). */
-/* Also waits on extra's sockets (their revents set on return); without
- * transfers it waits on those alone. */
+/* Also waits on extra's sockets (their revents set on return; at most
+ * HTTPC_EXTRA_FDS_MAX of them); without transfers it waits on those alone. */
+#define HTTPC_EXTRA_FDS_MAX 128
 struct pollfd;
 void       httpc_poll(sgw_httpc *h, int timeout_ms, struct pollfd *extra, int nextra,
                       void (*on_ready)(lua_State *co, int nres, void *ud), void *ud);
