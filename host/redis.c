@@ -50,6 +50,7 @@ struct sgw_redis {
     uint64_t     fail_ms;           /* monotonic time of the last failure */
     char         msg[256];          /* message of the last failure */
     atomic_int   healthy;           /* read by the admin thread for /readyz */
+    int          wrote;             /* the last failed command may have reached the server */
     sgw_cluster *cluster;           /* non-NULL: the rest is unused */
 };
 
@@ -284,6 +285,11 @@ sgw_cluster *redis_cluster_of(sgw_redis *r)
     return r ? r->cluster : NULL;
 }
 
+int redis_node_wrote(const sgw_redis *r)
+{
+    return r->wrote;
+}
+
 int redis_healthy(sgw_redis *r)
 {
     if (r != NULL && r->cluster)
@@ -454,8 +460,10 @@ oom:
 redisReply *redis_node_command(sgw_redis *r, int argc, const char **argv,
                                const size_t *lens, const char **err)
 {
+    r->wrote = 0;
     if (ensure_connected(r, err) != 0)
         return NULL;
+    r->wrote = 1;
     redisReply *rep = redisCommandArgv(r->ctx, argc, argv, lens);
     if (rep == NULL) {
         int e = errno;
@@ -486,8 +494,10 @@ int redis_pipeline(sgw_redis *r, int n, const int *argc, const char *const *cons
 {
     for (int i = 0; i < n; i++)
         replies[i] = NULL;
+    r->wrote = 0;
     if (ensure_connected(r, err) != 0)
         return -1;
+    r->wrote = 1;
     for (int i = 0; i < n; i++) {
         if (redisAppendCommandArgv(r->ctx, argc[i], (const char **)argv[i], lens[i]) != REDIS_OK) {
             fail(r, "io", "i/o", r->ctx->errstr);

@@ -439,10 +439,12 @@ redisReply *redis_cluster_command(sgw_cluster *c, int slot, int argc, const char
         if (rep == NULL) {
             /* The node may have failed over: read the map again, and try
              * the slot's new node at once (keyless commands: the next
-             * node). Unchanged, the slot is down. */
+             * node). Unchanged, the slot is down. A command that may have
+             * reached the lost node is not sent again (an INCR counted
+             * twice), as the loop does. */
             redis_cluster_lost(c);
             sgw_redis *next = node_for(c, slot);
-            if ((slot >= 0 && next == n) || !redis_cluster_may_hop(hop))
+            if (redis_node_wrote(n) || (slot >= 0 && next == n) || !redis_cluster_may_hop(hop))
                 return NULL;
             n = next;
             asking = 0;

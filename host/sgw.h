@@ -318,6 +318,9 @@ int        redis_node_is(const sgw_redis *r, const char *host, size_t hlen, int 
 const char *redis_node_host(const sgw_redis *r);
 struct redisReply *redis_node_command(sgw_redis *r, int argc, const char **argv,
                                       const size_t *lens, const char **err);
+/* After a failed redis_node_command or redis_pipeline: 1 when the command
+ * may have reached the server (it failed after the connection was there). */
+int        redis_node_wrote(const sgw_redis *r);
 /* ...and the cluster (redis_cluster.c). */
 unsigned   redis_key_slot(const char *key, size_t len);   /* CRC16, {hash tag} */
 /* The slot of a command's keys; -1 without keys, -2 when they span slots. */
