@@ -456,7 +456,7 @@ end
     it("exits 0 on SIGTERM under a burst of requests, twenty times out of twenty", function()
       local script = stack.build_dir() .. "/test-roots/burst-wrk.lua"
       fixture_root.write(script, [[
-local paths = { "/test/mixed?sleep=0.2", "/test/version", "/test/slow", "/api/v1/openapi.json" }
+local paths = { "/test/mixed?sleep=0.2", "/test/version", "/test/mixed?sleep=0.6", "/api/v1/openapi.json" }
 local i = 0
 request = function()
   i = i + 1
@@ -474,7 +474,7 @@ end
         local inst = stack.start_sgw { name = "burst-" .. round, database_url = database_url,
           migrate = database_url == nil, set = { ["lua.root"] = root,
           ["api.rate_limit.anonymous_per_minute"] = 1000000, ["http.drain_seconds"] = 0.3, ["http.workers"] = 2,
-          ["database.pool_wait_ms"] = 1000, ["lua.handler_budget_ms"] = 1500 } }
+          ["database.pool_wait_ms"] = 500, ["lua.handler_budget_ms"] = 1000 } }
         database_url = inst.database_url
         stack.sh("(wrk -t2 -c48 -d3s --timeout 3s -s " .. stack.shell_quote(script) .. " " .. inst.base_url
           .. " > /dev/null 2>&1 &)")

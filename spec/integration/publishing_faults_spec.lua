@@ -284,15 +284,15 @@ describe("publishing through crashes", function()
   end)
 
   it("publishes once when sgw stops while a publishing POST is still on its way", function()
-    -- The drain (0.5 s) ends while the platform takes 4 s over the POST,
-    -- which it then carries out. The job keeps its lease (8 s), so the next
+    -- The drain (0.5 s) ends while the platform takes 3 s over the POST,
+    -- which it then carries out. The job keeps its lease (6 s), so the next
     -- instance takes it only once the call is over, and finds the post.
     local fake = fake_graph.start({})
-    local set = settings(fake, { ["http.drain_seconds"] = 0.5, ["jobs.lease_seconds"] = 8,
-      ["meta.request_timeout_seconds"] = 6 })
+    local set = settings(fake, { ["http.drain_seconds"] = 0.5, ["jobs.lease_seconds"] = 6,
+      ["meta.request_timeout_seconds"] = 5 })
     local sgw = stack.start_sgw { name = "faults-drain", set = set }
     local t = tenant(sgw, fake)
-    fake.fail({ match = { method = "POST", path = "/{page}/feed" }, count = 1, kind = "delay", delay_ms = 4000 })
+    fake.fail({ match = { method = "POST", path = "/{page}/feed" }, count = 1, kind = "delay", delay_ms = 3000 })
     local body = t.text("Stopped mid-call")
     stack.eventually(function() return #fake.requests({ method = "POST", path = "/" .. t.page.id .. "/feed" }) > 0 end,
       20, 0.02, "the POST on its way")
