@@ -68,6 +68,7 @@ typedef struct job {
     lua_State *co;
     int        ref;                  /* anchors co in the registry */
     int        on_http;              /* parked on an outbound call (http.request) */
+    uint64_t   started_ms;           /* monotonic, when it was claimed */
 } job;
 
 typedef struct timer {
@@ -105,6 +106,7 @@ typedef struct runner {
     uint64_t    timers_gen;          /* generation the timers were read from */
     /* settings, read once */
     double      lease_s, retry_base_s, retry_max_s, budget_ms;
+    uint64_t    max_run_ms;          /* jobs.max_run_seconds; 0: no limit */
     int         poll_ms;
 } runner;
 
@@ -415,6 +417,20 @@ static void resume_job(runner *r, job *j, int nargs) {
 
 static void heartbeat(runner *r);
 
+/* Fails the jobs that have run longer than jobs.max_run_seconds (a wait
+ * that never ends: an event nobody sets, a call allowed a day): their
+ * leases would otherwise be extended for ever and the job never tried
+ * again. finish_job forgets their waits, as at the end of a drain. */
+static void stop_overdue(runner *r) {
+    if (r->max_run_ms == 0) return;
+    uint64_t now = clock_mono_ms();
+    for (int i = 0; i < r->concurrency; i++) {
+        job *j = &r->jobs[i];
+        if (!j->used || now - j->started_ms < r->max_run_ms) continue;
+        finish_job(r, j, OUT_FAILED, 0, "it ran longer than jobs.max_run_seconds");
+    }
+}
+
 /* Leases are extended between any two resumptions, so that a long batch
  * of answers (many jobs resumed one after another) never lets them lapse. */
 static void keep_leases(runner *r) {
@@ -479,6 +495,7 @@ static job *reserve_job(runner *r, PGresult *res, int row) {
     if (!j) return NULL; /* cannot happen: claims never exceed free slots; the lease frees it */
     memset(j, 0, sizeof *j);
     j->used = 1;
+    j->started_ms = clock_mono_ms();
     j->ref = LUA_NOREF;
     j->id = strtoll(PQgetvalue(res, row, 0), NULL, 10);
     snprintf(j->kind, sizeof j->kind, "%s", PQgetvalue(res, row, 1));
@@ -914,6 +931,7 @@ static void *runner_main(void *arg) {
             if (r->running == 0) listen_connect(r);
             if (r->id == 0 && now - r->last_tick >= TIMER_TICK_MS) timers_tick(r);
         }
+        stop_overdue(r);
         keep_leases(r);
         int claim_wanted = !stop && !behind && r->w.L && r->running < r->concurrency &&
             (r->notified || r->more || now - r->last_claim >= (uint64_t)r->poll_ms ||
@@ -1019,6 +1037,7 @@ int jobs_start(int n) {
         }
         snprintf(r->locker, sizeof r->locker, "%s:%d:%d:%s", host, (int)getpid(), i, tag);
         r->lease_s = config_num("jobs.lease_seconds") > 0 ? config_num("jobs.lease_seconds") : 60;
+        r->max_run_ms = config_num("jobs.max_run_seconds") > 0 ? (uint64_t)(config_num("jobs.max_run_seconds") * 1000.0) : 0;
         r->retry_base_s = config_num("jobs.retry_base_seconds");
         r->retry_max_s = config_num("jobs.retry_max_seconds");
         r->budget_ms = config_num("lua.handler_budget_ms");

@@ -8,7 +8,8 @@
  * {retry_in = s} runs it again as a new attempt; {retry_in = s, attempt =
  * false} runs it again and gives the run back; an error retries it until
  * max_attempts, then buries it with its last error; a result the runner
- * cannot read, and a kind without a handler, fail the same way. A job done
+ * cannot read, and a kind without a handler, fail the same way; so does a
+ * run that waits past jobs.max_run_seconds. A job done
  * whose row the database would not delete keeps its lease and is deleted
  * later, without running again.
  */
@@ -47,6 +48,8 @@ static const struct { const char *file, *text; } tree[] = {
       "  if n <= payload.waits then return { retry_in = 0, attempt = false } end\n"
       "end\n" },
     { "handlers/jobs/t_raise.lua", "return function(payload, job)\n" RECORD "  error('boom on ' .. job.attempts, 0)\nend\n" },
+    /* Waits for an event nobody sets. */
+    { "handlers/jobs/t_park.lua", "return function(payload, job)\n" RECORD "  sched.event():wait()\nend\n" },
     { "handlers/jobs/t_bad_delay.lua", "return function() return { retry_in = 'soon' } end\n" },
     { "handlers/jobs/t_lone_attempt.lua", "return function() return { attempt = false } end\n" },
     { "handlers/jobs/t_bad_attempt.lua", "return function() return { retry_in = 0, attempt = 'no' } end\n" },
@@ -130,6 +133,7 @@ static job_spec jobs[] = {
     { "lone attempt", "t_lone_attempt", "{}", 1, 0 },
     { "bad attempt", "t_bad_attempt", "{}", 1, 0 },
     { "unknown kind", "t_no_such_kind", "{}", 1, 0 },
+    { "parked", "t_park", "{}", 2, 0 },
 };
 #define NJOBS (sizeof jobs / sizeof jobs[0])
 
@@ -198,6 +202,10 @@ static void test_outcomes(void) {
           "an attempt that is no boolean fails the job", row);
     job_row(&jobs[7], row, sizeof row);
     check(strncmp(row, "dead 1 ", 7) == 0 && strstr(row, "unknown job kind"), "a kind without a handler is buried", row);
+    job_row(&jobs[8], row, sizeof row);
+    check(strncmp(row, "dead 2 ", 7) == 0 && strstr(row, "ran longer than jobs.max_run_seconds"),
+          "a run that never ends fails at jobs.max_run_seconds, and is tried again", row);
+    check(strcmp(runs_of(&jobs[8], runs, sizeof runs), "1,2") == 0, "two runs of the parked job", runs);
 }
 
 /* Waits, with a deadline, until sql answers want. */
@@ -318,7 +326,8 @@ int main(void) {
                   config_set("jobs.poll_interval_ms", "50", err, sizeof err) ||
                   config_set("jobs.retry_base_seconds", "0.05", err, sizeof err) ||
                   config_set("jobs.retry_max_seconds", "0.1", err, sizeof err) ||
-                  config_set("jobs.lease_seconds", "2", err, sizeof err))) {
+                  config_set("jobs.lease_seconds", "2", err, sizeof err) ||
+                  config_set("jobs.max_run_seconds", "1", err, sizeof err))) {
         printf("config: %s\n", err);
         ready = 0;
     }
