@@ -480,7 +480,9 @@ static int xfer_setup(xfer *x, CURL *e, const req_opts *o) {
     /* A transfer that ends while its name is still being resolved must not
      * wait for the resolver thread, on the loop's thread (a DNS server that
      * stopped answering would stall every coroutine of the loop). */
-    SET(CURLOPT_QUICK_EXIT, 1L);
+#if LIBCURL_VERSION_NUM >= 0x075700
+    (void)curl_easy_setopt(e, CURLOPT_QUICK_EXIT, 1L);   /* a libcurl that lacks it still serves */
+#endif
     SET(CURLOPT_TIMEOUT_MS, o->timeout_ms);
     SET(CURLOPT_CONNECTTIMEOUT_MS, o->connect_timeout_ms);
     SET(CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)x->body_limit);

@@ -426,7 +426,9 @@ static void stop_overdue(runner *r) {
     uint64_t now = clock_mono_ms();
     for (int i = 0; i < r->concurrency; i++) {
         job *j = &r->jobs[i];
-        if (!j->used || now - j->started_ms < r->max_run_ms) continue;
+        /* One on an outbound call ends with that call's own time limit: cut
+         * short, the call might still land and the retry repeat it. */
+        if (!j->used || j->on_http || now - j->started_ms < r->max_run_ms) continue;
         finish_job(r, j, OUT_FAILED, 0, "it ran longer than jobs.max_run_seconds");
     }
 }
@@ -569,9 +571,9 @@ static void claim(runner *r) {
         "WHERE id IN (SELECT id FROM jobs WHERE status = 'pending' "
         "AND run_at <= now() + make_interval(secs => $4) "
         "AND (locked_until IS NULL OR locked_until < now()) "
-        /* Not one whose last attempt never reported back (its instance
-         * died with it, each time: see bury_unfinished). */
-        "AND (locked_by IS NULL OR attempts < max_attempts) "
+        /* Not one whose attempts never reported back, its last included
+         * (its instance died with it each time: see bury_unfinished). */
+        "AND (locked_by IS NULL OR attempts <= max_attempts) "
         "ORDER BY run_at, id LIMIT $3 FOR UPDATE SKIP LOCKED) "
         "RETURNING id, kind, payload::text, attempts, max_attempts",
         4, v, PGRES_TUPLES_OK);
@@ -664,23 +666,32 @@ static void abandon(runner *r) {
                          "UPDATE jobs SET locked_by = NULL, locked_until = NULL "
                          "WHERE id = ANY($2::bigint[]) AND locked_by = $1",
                          2, v, PGRES_COMMAND_OK));
+        /* Those on a call: given back too (no crash to bury them for), but
+         * claimable only once their leases have run out. */
+        if (kept > 0) {
+            running_ids(r, 0, 0, ids, cap);
+            PQclear(exec_sql(r, "giving back jobs on a call", "UPDATE jobs SET locked_by = NULL "
+                             "WHERE id = ANY($2::bigint[]) AND locked_by = $1", 2, v, PGRES_COMMAND_OK));
+        }
         free(ids);
     }
     log_msg(LOG_WARN, "jobs_abandoned", "job worker %d: %d job(s) still running at the end of the drain: %d released, "
             "%d left to their leases (an outbound call in flight)", r->id, r->running, r->running - kept, kept);
 }
 
-/* Buries the jobs whose last attempt never reported back: still leased to
- * an instance, the lease over, no attempt left. A job that kills its
- * instance (a crash, the memory of the machine) would otherwise go round
- * every instance for ever; claims already pass them by. */
+/* Buries the jobs whose attempts never reported back, the last one too:
+ * still leased to an instance, the lease over, past max_attempts (the last
+ * attempt left behind gets one more run, in case only its outcome was lost
+ * to a failing database). A job that kills its instance (a crash, the
+ * memory of the machine) would otherwise go round every instance for ever;
+ * claims already pass them by. */
 static void bury_unfinished(runner *r) {
     PGresult *res = exec_sql(r, "burying unfinished jobs",
                              "UPDATE jobs SET status = 'dead', locked_by = NULL, locked_until = NULL, "
                              "last_error = 'its last attempt never finished: the instance running it stopped "
                              "without a word (a crash?) each time' "
                              "WHERE status = 'pending' AND locked_by IS NOT NULL AND locked_until < now() "
-                             "AND attempts >= max_attempts RETURNING id, kind",
+                             "AND attempts > max_attempts RETURNING id, kind",
                              0, NULL, PGRES_TUPLES_OK);
     for (int i = 0; res && i < PQntuples(res); i++)
         log_msg(LOG_ERROR, "job_dead", "job %s (%s): its last attempt never finished and it is dead",

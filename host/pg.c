@@ -135,6 +135,8 @@ struct sgw_pg {
     sgw_pgstmt *stmts;           /* prepared on this connection (owned) */
     int       connecting;        /* a connection started without waiting (connect_async) */
     uint64_t  connect_deadline;  /* monotonic ms when it gives up; 0: never */
+    uint64_t  connect_limit_ms;  /* connect_timeout: each host of the conninfo has it anew */
+    char      connect_host[64];  /* the host being tried */
     PostgresPollingStatusType connect_wants;
     PGTransactionStatusType async_before;
     PGresult *async_settings;    /* the first failure before the statements */
@@ -255,7 +257,9 @@ static void drop_if_closed(sgw_pg *pg) {
     if (!pg->conn || PQstatus(pg->conn) != CONNECTION_OK || PQtransactionStatus(pg->conn) != PQTRANS_IDLE) return;
     struct pollfd fd = { .fd = PQsocket(pg->conn), .events = POLLIN };
     if (poll(&fd, 1, 0) != 1) return;
-    (void)PQconsumeInput(pg->conn);            /* the server's last words reach the log */
+    /* The server's last words reach the log: parsing them (PQisBusy) hands
+     * an error received while idle to the notice receiver. */
+    if (PQconsumeInput(pg->conn)) (void)PQisBusy(pg->conn);
     log_msg(LOG_INFO, "db_reconnect", "the database wrote to an idle connection (closing it?); opening a new one");
     drop_connection(pg);
 }
@@ -559,7 +563,10 @@ static uint64_t connect_timeout_ms(PGconn *c) {
 static int connect_async(sgw_pg *pg, pg_failure *f) {
     if (!pg->async) drop_if_closed(pg);
     if (pg->conn && PQstatus(pg->conn) == CONNECTION_OK) return 0;
-    if (pg->tx_depth > 0) return ensure_connected(pg, f);      /* says why: lost mid-transaction */
+    /* Lost mid-transaction: ensure_connected says why. A transaction that has
+     * sent nothing yet (its BEGIN waits for the first statement) begins on a
+     * new session instead. */
+    if (pg->tx_depth > 0 && !pg->begin_pending) return ensure_connected(pg, f);
     drop_connection(pg);
     if (pg->failed && clock_mono_ms() - pg->failed_at_ms < RECONNECT_INTERVAL_MS) {
         set_failure(f, "08001", "database unavailable: %s", pg->last_error);
@@ -572,8 +579,9 @@ static int connect_async(sgw_pg *pg, pg_failure *f) {
         set_failure(f, "08001", "database unavailable: %s", pg->last_error);
         return -1;
     }
-    uint64_t limit = connect_timeout_ms(pg->conn);
-    pg->connect_deadline = limit ? clock_mono_ms() + limit : 0;
+    pg->connect_limit_ms = connect_timeout_ms(pg->conn);
+    pg->connect_deadline = pg->connect_limit_ms ? clock_mono_ms() + pg->connect_limit_ms : 0;
+    pg->connect_host[0] = 0;
     pg->connecting = 1;
     pg->connect_wants = PGRES_POLLING_WRITING;
     pg->async = 1;
@@ -592,6 +600,13 @@ int pg_async_fd(sgw_pg *pg, short *events) {
 
 /* Advances a connection under way once its socket is ready (revents). */
 static int connect_step(sgw_pg *pg, short revents) {
+    /* libpq moves on to the conninfo's next host by itself: like its own
+     * connect_timeout, ours counts for each host. */
+    const char *host = PQhost(pg->conn);
+    if (host && strncmp(host, pg->connect_host, sizeof pg->connect_host) != 0) {
+        snprintf(pg->connect_host, sizeof pg->connect_host, "%s", host);
+        if (pg->connect_limit_ms) pg->connect_deadline = clock_mono_ms() + pg->connect_limit_ms;
+    }
     if (!revents) return 0;
     PostgresPollingStatusType st = PQconnectPoll(pg->conn);
     if (st == PGRES_POLLING_OK) {
@@ -1117,7 +1132,12 @@ static PGresult *run_read(sgw_pg *pg, const char *sql, int n, const char *const 
         replica_failed(f->message);
     }
     metrics_count("sgw_db_reads_total", "target=\"primary\"", 1);
-    return run(pg, sql, n, vals, f);
+    PGresult *r = run(pg, sql, n, vals, f);
+    /* A read may go again on a new connection (drop_if_closed says why
+     * nothing else does). */
+    if (!r && pg->tx_depth == 0 && strncmp(f->sqlstate, "08", 2) == 0 && (!pg->conn || PQstatus(pg->conn) == CONNECTION_BAD))
+        r = run(pg, sql, n, vals, f);
+    return r;
 }
 
 /* db.query, db.read_query, db.read_result and db.exec share everything but the connection

@@ -78,12 +78,12 @@ static PGconn *measure(PGconn *c, long long max_lag) {
         if (c) PQfinish(c);
         /* Bounded like the workers' sessions (pg.c), so that a replica host
          * gone without a word stalls the measurements (and the stop that
-         * waits for this thread) for about a minute, not hours; the one
-         * statement is bounded as well. */
-        const char *keys[] = { "dbname", "connect_timeout", "application_name", "keepalives", "keepalives_idle",
-                               "keepalives_interval", "keepalives_count", "tcp_user_timeout", "options", NULL };
-        const char *vals[] = { config_str("database.read_url"), "5", "sgw-replica-check", "1", "30", "10", "3",
-                               "60000", "-c statement_timeout=5000", NULL };
+         * waits for this thread) for about a minute, not hours. The URL
+         * comes last: what it sets wins. */
+        const char *keys[] = { "connect_timeout", "application_name", "keepalives", "keepalives_idle",
+                               "keepalives_interval", "keepalives_count", "tcp_user_timeout", "dbname", NULL };
+        const char *vals[] = { "5", "sgw-replica-check", "1", "30", "10", "3", "60000",
+                               config_str("database.read_url"), NULL };
         c = PQconnectdbParams(keys, vals, 1);
         if (!c || PQstatus(c) != CONNECTION_OK) {
             char why[256];

@@ -36,8 +36,9 @@ end
 
 local FIRST_TIME = -62135596800 -- 0001-01-01T00:00:00Z: PostgreSQL has no year 0
 
--- Passed on in UTC, however it was written: PostgreSQL refuses offsets past
--- 15:59 that RFC 3339 allows.
+-- Passed on as seconds since 1970 (to_timestamp), however it was written:
+-- PostgreSQL refuses offsets past 15:59 that RFC 3339 allows. To the
+-- microsecond, as given: a rounded bound could take in or leave out a row.
 local function time_param(q, name)
   local v = q[name]
   if v == nil then return nil end
@@ -45,7 +46,7 @@ local function time_param(q, name)
   if not t or t < FIRST_TIME then
     bad(name, name .. " must be an RFC 3339 date-time with a zone, such as 2026-01-31T09:00:00Z.")
   end
-  return post_rules.format_time(t)
+  return ("%.6f"):format(t)
 end
 
 -- A LIKE pattern that matches `s` literally, anywhere.
@@ -110,8 +111,8 @@ local function page_statement(client, f)
         AND ($6::boolean IS NULL OR c.is_hidden = $6)
         AND ($7::boolean IS NULL OR c.is_deleted = $7)
         AND ($8::boolean IS NULL OR c.is_from_account = $8)
-        AND ($9::timestamptz IS NULL OR c.created_at >= date_trunc('milliseconds', $9::timestamptz))
-        AND ($10::timestamptz IS NULL OR c.created_at < date_trunc('milliseconds', $10::timestamptz) + interval '1 millisecond')
+        AND ($9::float8 IS NULL OR c.created_at >= date_trunc('milliseconds', to_timestamp($9::float8)))
+        AND ($10::float8 IS NULL OR c.created_at < date_trunc('milliseconds', to_timestamp($10::float8)) + interval '1 millisecond')
         AND ($11::text IS NULL OR c.text_folded LIKE lower($11 COLLATE "und-x-icu"))
         AND ($12::timestamptz IS NULL OR (c.created_at, c.id) ]] .. (newest and "<" or ">") .. [[ ($12::timestamptz, $13))
       ]] .. order .. " LIMIT $14"

@@ -247,16 +247,16 @@ static void test_done_unrecorded(void) {
     check(strcmp(runs_of(&j, runs, sizeof runs), "1") == 0, "it ran once", runs);
 }
 
-/* Left as instances leave them, before the runner starts: one whose last
- * attempt was still leased to an instance that died with it (never claimed
- * again, buried), one given back at the end of a drain with no attempt
- * left (still run). */
+/* Left as instances leave them, before the runner starts: one whose
+ * attempts, the last and its one grace run, were still leased to instances
+ * that died with them (never claimed again, buried), one given back at the
+ * end of a drain with no attempt left (still run). */
 static long long orphan_id, released_id;
 
 static void insert_leftovers(void) {
     char buf[32];
     orphan_id = strtoll(value("INSERT INTO jobs (kind, payload, max_attempts, attempts, locked_by, locked_until) "
-                              "VALUES ('t_done', '{}', 2, 2, 'gone-instance', now() - interval '1 second') RETURNING id",
+                              "VALUES ('t_done', '{}', 2, 3, 'gone-instance', now() - interval '1 second') RETURNING id",
                               buf, sizeof buf), NULL, 10);
     released_id = strtoll(value("INSERT INTO jobs (kind, payload, max_attempts, attempts) "
                                 "VALUES ('t_done', '{}', 2, 2) RETURNING id", buf, sizeof buf), NULL, 10);
@@ -277,7 +277,7 @@ static void test_leftovers(void) {
      * job claimed after it, which runs while the orphan stays. */
     char buf[32];
     orphan.id = strtoll(value("INSERT INTO jobs (kind, payload, max_attempts, attempts, locked_by, locked_until) "
-                              "VALUES ('t_done', '{}', 2, 2, 'gone-instance', now() - interval '1 second') RETURNING id",
+                              "VALUES ('t_done', '{}', 2, 3, 'gone-instance', now() - interval '1 second') RETURNING id",
                               buf, sizeof buf), NULL, 10);
     job_spec after = { .id = strtoll(value("INSERT INTO jobs (kind, payload, run_at) VALUES ('t_done', '{}', "
                                            "now() + interval '10 milliseconds') RETURNING id", buf, sizeof buf), NULL, 10) };
