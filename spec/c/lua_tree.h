@@ -26,6 +26,11 @@ static inline int lua_tree_make(char *root, size_t cap, const char *prefix)
     return 0;
 }
 
+/* One file of a tree: its path below the root and its text. */
+typedef struct lua_tree_file {
+    const char *file, *text;
+} lua_tree_file;
+
 /* Writes text to root/rel, replacing the file if it is there and making
  * the directories on its way that are not. 0 ok. */
 static inline int lua_tree_write(const char *root, const char *rel, const char *text)
@@ -43,6 +48,16 @@ static inline int lua_tree_write(const char *root, const char *rel, const char *
     if (!f) return -1;
     int ok = fputs(text, f) >= 0;
     return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+/* lua_tree_make, then the n files written into it. 0 ok. */
+static inline int lua_tree_make_with(char *root, size_t cap, const char *prefix, const lua_tree_file *files,
+                                     size_t n)
+{
+    if (lua_tree_make(root, cap, prefix)) return -1;
+    for (size_t i = 0; i < n; i++)
+        if (lua_tree_write(root, files[i].file, files[i].text)) return -1;
+    return 0;
 }
 
 static inline int lua_tree_remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)

@@ -31,7 +31,7 @@
 #define RECORD "assert(db.exec('INSERT INTO runs (job_id, attempt) VALUES ($1, $2)', job.id, job.attempts))\n"
 #define RUNS   "local n = tonumber(assert(db.query('SELECT count(*) AS n FROM runs WHERE job_id = $1', job.id))[1].n)\n"
 
-static const struct { const char *file, *text; } tree[] = {
+static const lua_tree_file tree[] = {
     { "lib/dispatch.lua", "return { handle = function() return 404, {}, '' end }\n" },
     { "handlers/routes.lua", "return { { method = 'GET', path = '/ping', handler = 'ping', auth = false } }\n" },
     { "handlers/ping.lua", "return function() end\n" },
@@ -59,10 +59,7 @@ static const struct { const char *file, *text; } tree[] = {
 static char root[512];
 
 static int make_root(void) {
-    if (lua_tree_make(root, sizeof root, "sgw_test_jobs_")) return -1;
-    for (size_t i = 0; i < NTREE; i++)
-        if (lua_tree_write(root, tree[i].file, tree[i].text)) return -1;
-    return 0;
+    return lua_tree_make_with(root, sizeof root, "sgw_test_jobs_", tree, NTREE);
 }
 
 /* ------------------------------------------------------------ database */

@@ -88,7 +88,7 @@ static const char probe_sandbox_lua[] =
 /* Its first draw: no other module of the tree calls math.random. */
 static const char probe_random_lua[] = "return { first_draw = math.random(0) }\n";
 
-static const struct { const char *file, *text; } tree[] = {
+static const lua_tree_file tree[] = {
     { "lib/dispatch.lua", dispatch_lua },
     { "handlers/routes.lua", routes_lua },
     { "handlers/ping.lua", "return function() return 200, {}, 'pong' end\n" },
@@ -139,10 +139,7 @@ static const struct { const char *file, *text; } tree[] = {
 static char root[512];
 
 static int make_root(void) {
-    if (lua_tree_make(root, sizeof root, "sgw_test_luart_")) return -1;
-    for (size_t i = 0; i < NTREE; i++)
-        if (lua_tree_write(root, tree[i].file, tree[i].text)) return -1;
-    return 0;
+    return lua_tree_make_with(root, sizeof root, "sgw_test_luart_", tree, NTREE);
 }
 
 /* Writes rel, or removes it when text is NULL. 0 ok. */
