@@ -1,30 +1,60 @@
 /*
  * free_port.h — a TCP port on the loopback that nothing listens on now, for
- * the C tests that start a listener or a server of their own.
+ * the C tests that start a listener or a server of their own. Ports come from
+ * below the kernel's ephemeral range: one from that range (bind to port 0)
+ * can go to another process's outgoing connection before our own bind.
  */
 #ifndef SGW_SPEC_FREE_PORT_H
 #define SGW_SPEC_FREE_PORT_H
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-/* The port the kernel gave a socket bound to port 0, or -1. */
-static inline int test_free_port(void)
+static inline int test_port_bindable(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return 0;
     struct sockaddr_in a = {0};
     a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t alen = sizeof a;
-    int port = -1;
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &alen) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0)
-        close(fd);
-    return port;
+    int ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    close(fd);
+    return ok;
+}
+
+/* A port free a moment ago, or -1. */
+static inline int test_free_port(void)
+{
+    int ephemeral_low = 32768;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f) {
+        if (fscanf(f, "%d", &ephemeral_low) != 1)
+            ephemeral_low = 32768;
+        fclose(f);
+    }
+    int high = (ephemeral_low > 65536 ? 65536 : ephemeral_low) - 1;
+    int low = high - 12000 < 1024 ? 1024 : high - 12000;
+    unsigned seed = 0;
+    FILE *r = fopen("/dev/urandom", "rb");
+    if (r) {
+        if (fread(&seed, sizeof seed, 1, r) != 1)
+            seed = (unsigned)getpid();
+        fclose(r);
+    } else {
+        seed = (unsigned)getpid();
+    }
+    for (int i = 0; i < 200; i++) {
+        seed = seed * 1103515245u + 12345u;
+        int port = low + (int)((seed >> 8) % (unsigned)(high - low + 1));
+        if (test_port_bindable(port))
+            return port;
+    }
+    return -1;
 }
 
 #endif

@@ -241,10 +241,13 @@ function M.psql(url, sql)
 end
 
 --- A TCP port on 127.0.0.1 that was free a moment ago.
--- ctest runs specs in several processes at once, and bind(0) hands a port
--- that one of them has closed to another as readily as to itself: a port
--- given out is also marked in the test services' directory (shared by every
--- process of one run), so that two processes never get the same one.
+-- Ports come from below the kernel's ephemeral range: a port taken from that
+-- range (bind to port 0) can be handed, between our check and the server's
+-- own bind, to an outgoing connection of any process (sgw's own connections
+-- to PostgreSQL or Redis), and the server then fails to start.
+-- ctest runs specs in several processes at once: a port given out is also
+-- marked in the test services' directory (shared by every process of one
+-- run), so that two processes never get the same one.
 local function claimed_across_processes(port)
   local dir = os.getenv("SGW_TEST_SERVICES_DIR")
   if not dir or dir == "" then return true end
@@ -252,18 +255,42 @@ local function claimed_across_processes(port)
   return lfs.mkdir(dir .. "/ports/" .. port) ~= nil
 end
 
+local function listen_port_range()
+  local low = 32768
+  local f = io.open("/proc/sys/net/ipv4/ip_local_port_range", "r")
+  if f then
+    low = tonumber((f:read("a") or ""):match("^%s*(%d+)")) or low
+    f:close()
+  end
+  local top = math.min(low, 65536) - 1
+  return math.max(1024, top - 12000), top
+end
+
+local function random_below(n)
+  local f = io.open("/dev/urandom", "rb")
+  local bytes = f and f:read(4)
+  if f then f:close() end
+  if not bytes or #bytes < 4 then return math.random(0, n - 1) end
+  return string.unpack("<I4", bytes) % n
+end
+
+local function bindable(port)
+  local s = socket.tcp()
+  local ok = s:bind("127.0.0.1", port)
+  s:close()
+  return ok ~= nil
+end
+
 function M.free_port()
-  for _ = 1, 50 do
-    local s = assert(socket.bind("127.0.0.1", 0))
-    local _, port = s:getsockname()
-    s:close()
-    port = tonumber(port)
-    if not ports_given[port] then
+  local low, high = listen_port_range()
+  for _ = 1, 200 do
+    local port = low + random_below(high - low + 1)
+    if not ports_given[port] and bindable(port) then
       ports_given[port] = true
       if claimed_across_processes(port) then return port end
     end
   end
-  error("no free port found")
+  error("no free port found between " .. low .. " and " .. high)
 end
 
 -- ------------------------------------------------------------------ HTTP
