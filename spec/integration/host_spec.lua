@@ -3,6 +3,7 @@
 -- on SIGTERM, configuration errors that name the key.
 local stack = require "stack"
 local fixture_root = require "fixture_root"
+local load = require "load"
 local cjson = require "cjson.safe"
 
 local function problem_of(status, body, headers)
@@ -35,7 +36,7 @@ describe("host", function()
     }
   end)
 
-  teardown(function() stack.cleanup() end)
+  teardown(function() load.stop_all(); stack.cleanup() end)
 
   describe("routing", function()
     it("passes path parameters, query and JSON body to the handler", function()
@@ -306,14 +307,26 @@ end
 ]])
       local out_file = stack.build_dir() .. "/test-roots/reload-wrk.out"
       os.remove(out_file)
-      local code = stack.sh("(wrk -t2 -c16 -d8s --timeout 5s -s " .. stack.shell_quote(script) .. " "
-        .. sgw.base_url .. "/test/version > " .. stack.shell_quote(out_file) .. " 2>&1 &)")
-      assert.are.equal(0, code)
-      stack.eventually(function()
+      local traffic = load.start(sgw.base_url .. "/test/version", { connections = 16, script = script, out = out_file })
+      local function answered()
         local _, metrics = sgw:admin("GET", "/metrics")
-        return metrics and metrics:find('route="/test/version"', 1, true)
-      end, 10, 0.05, "the load to reach the server")
+        local n = 0
+        for count in (metrics or ""):gmatch('sgw_http_requests_total{route="/test/version"[^}]*} (%d+)') do
+          n = n + tonumber(count)
+        end
+        return n
+      end
+      stack.eventually(function() return answered() > 0 end, 10, 0.05, "the load to reach the server")
 
+      -- Each reload lands while requests flow, and the next one waits until
+      -- the new version is what the load gets.
+      local function served_after_reload(version)
+        local before = answered()
+        stack.eventually(function()
+          local _, body = sgw:json("GET", "/test/version")
+          return body and body.version == version and answered() - before >= 100
+        end, 20, 0.02, version .. " served under load")
+      end
       local refused_seen = false
       for i = 1, 20 do
         if i == 10 then
@@ -325,24 +338,21 @@ end
           assert.truthy(ready:find("version.lua", 1, true), "/readyz shows the reload error")
           local _, metrics = sgw:admin("GET", "/metrics")
           assert.truthy(metrics:find("sgw_handlers_last_reload_failed 1", 1, true))
+          served_after_reload("v9")
           refused_seen = true
         end
         fixture_root.write(version_file, "return function() return 200, { version = 'v" .. i .. "' } end\n")
         local rc, out = sgw:reload()
         assert.are.equal(0, rc, out)
-        stack.sleep(0.3)
+        served_after_reload("v" .. i)
       end
       assert.is_true(refused_seen)
 
-      local result
-      stack.eventually(function()
-        local f = io.open(out_file)
-        if not f then return false end
-        local text = f:read("a")
-        f:close()
-        result = text:match("RESULT [^\n]+")
-        return result ~= nil
-      end, 20, 0.2, "wrk finished")
+      traffic.stop()
+      local f = assert(io.open(out_file))
+      local result = f:read("a"):match("RESULT [^\n]+")
+      f:close()
+      assert.truthy(result, "wrk printed its summary")
       local requests = tonumber(result:match("requests=(%d+)"))
       assert.is_true(requests > 1000, "load ran: " .. result)
       for _, field in ipairs { "non2xx", "connect", "read", "write", "timeout" } do
@@ -456,7 +466,7 @@ end
     it("exits 0 on SIGTERM under a burst of requests, twenty times out of twenty", function()
       local script = stack.build_dir() .. "/test-roots/burst-wrk.lua"
       fixture_root.write(script, [[
-local paths = { "/test/mixed?sleep=0.2", "/test/version", "/test/mixed?sleep=0.6", "/api/v1/openapi.json" }
+local paths = { "/test/mixed?sleep=0.1", "/test/version", "/test/mixed?sleep=0.3", "/api/v1/openapi.json" }
 local i = 0
 request = function()
   i = i + 1
@@ -469,21 +479,21 @@ end
         -- A short drain, so that some requests are still queued or suspended
         -- when it ends and the stop has to see them through; short waits for
         -- a database connection and a short handler budget, so that the
-        -- requests queued behind the slow ones end within a second or two,
-        -- not the default 5 s (twenty rounds of that are minutes).
+        -- requests queued behind the slow ones end within a second, not the
+        -- default 5 s (twenty rounds of that are minutes).
         local inst = stack.start_sgw { name = "burst-" .. round, database_url = database_url,
           migrate = database_url == nil, set = { ["lua.root"] = root,
-          ["api.rate_limit.anonymous_per_minute"] = 1000000, ["http.drain_seconds"] = 0.3, ["http.workers"] = 2,
-          ["database.pool_wait_ms"] = 500, ["lua.handler_budget_ms"] = 1000 } }
+          ["api.rate_limit.anonymous_per_minute"] = 1000000, ["http.drain_seconds"] = 0.15, ["http.workers"] = 2,
+          ["database.pool_wait_ms"] = 250, ["lua.handler_budget_ms"] = 500 } }
         database_url = inst.database_url
-        stack.sh("(wrk -t2 -c48 -d3s --timeout 3s -s " .. stack.shell_quote(script) .. " " .. inst.base_url
-          .. " > /dev/null 2>&1 &)")
+        local burst = load.start(inst.base_url, { connections = 48, timeout = 3, script = script })
         stack.eventually(function()
           local _, metrics = inst:admin("GET", "/metrics")
           local n = metrics and tonumber(metrics:match("\nsgw_http_inflight_requests (%d+)\n"))
           return n and n >= 8
         end, 10, 0.01, "a burst in flight (round " .. round .. ")")
         local code, why = inst:stop(30)
+        burst.stop()
         assert.are.equal(0, code, "round " .. round .. ": " .. tostring(why) .. "\n" .. inst:log():sub(-2000))
       end
     end)

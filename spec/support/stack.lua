@@ -480,7 +480,7 @@ function Instance:wait(timeout)
     if code then
       return code
     end
-    M.sleep(0.05)
+    M.sleep(0.02)
   until M.now() >= deadline
   return self:exit_code()
 end
@@ -705,7 +705,7 @@ function M.start_sgw(opts)
         error("sgw did not answer 200 on /" .. wait_for .. " within " .. timeout .. " s; log "
           .. inst.log_path .. ":\n" .. tail(inst:log()), 2)
       end
-      M.sleep(0.1)
+      M.sleep(0.02)
     end
   end
   return inst
