@@ -215,6 +215,55 @@ function M.fresh_database(prefix)
   return M.url_with_database(admin, name), name
 end
 
+-- Migrated templates, by the directory their migrations came from.
+local templates = {}
+
+--- The name of a database that every migration under ROOT has been applied
+--- to, made once per set of migrations and shared by every process of a run
+--- (under a file lock): copying it is quicker than migrating a new database,
+--- which every instance of every spec would otherwise do.
+local function migrated_template(root)
+  if templates[root] then return templates[root] end
+  local code, sum = M.sh("cat " .. q(root) .. "/migrations/*.sql | sha256sum")
+  assert(code == 0, "cannot read the migrations under " .. root .. ": " .. sum)
+  local name = "sgw_template_" .. sum:sub(1, 16)
+  local admin = M.services().database_url
+  local building = M.url_with_database(admin, name .. "_new")
+  local lock_dir = os.getenv("SGW_TEST_SERVICES_DIR")
+  if not lock_dir or lock_dir == "" then lock_dir = M.build_dir() end
+  local exists = "psql " .. q(admin) .. " -X -A -t -c " .. q("SELECT 1 FROM pg_database WHERE datname = '" .. name .. "'")
+  -- Built under another name and renamed once migrated: a template that
+  -- exists is complete, also when a process that built one died half-way.
+  local build = "if " .. exists .. " | grep -q 1; then exit 0; fi\n" .. table.concat({
+    "psql " .. q(admin) .. " -X -q -v ON_ERROR_STOP=1 -c " .. q('DROP DATABASE IF EXISTS "' .. name .. '_new"'),
+    "psql " .. q(admin) .. " -X -q -v ON_ERROR_STOP=1 -c " .. q('CREATE DATABASE "' .. name .. '_new"'),
+    "cd " .. q(root) .. " && " .. q(M.build_dir() .. "/sgw") .. " migrate --set database.url=" .. q(building)
+      .. " --set redis.url=",
+    "psql " .. q(admin) .. " -X -q -v ON_ERROR_STOP=1 -c "
+      .. q('ALTER DATABASE "' .. name .. '_new" RENAME TO "' .. name .. '"'),
+  }, " && \n")
+  local out
+  code, out = M.sh("flock " .. q(lock_dir .. "/migrated-template.lock") .. " sh -ec " .. q(build))
+  if code ~= 0 then error("could not make the migrated template database " .. name .. ": " .. out, 2) end
+  templates[root] = name
+  return name
+end
+
+--- A new database with every migration under ROOT (default: the
+--- repository's) already applied; returns its URL and name.
+function M.migrated_database(prefix, root)
+  local template = migrated_template(root or M.repo_root())
+  local admin = M.services().database_url
+  local name = M.unique_name(prefix or "sgw")
+  local code, out = M.sh("psql " .. q(admin) .. " -X -q -v ON_ERROR_STOP=1 -c "
+    .. q('CREATE DATABASE "' .. name .. '" TEMPLATE "' .. template .. '" STRATEGY FILE_COPY'))
+  if code ~= 0 then
+    error("could not create database " .. name .. " from " .. template .. ": " .. out, 2)
+  end
+  created_databases[#created_databases + 1] = name
+  return M.url_with_database(admin, name), name
+end
+
 --- A new database as an earlier version left it: migrated with the
 --- migrations whose names sort before `version` ("0018"). Returns its URL
 --- and the output of `sgw migrate`.
@@ -621,7 +670,13 @@ function M.start_sgw(opts)
   local svc = M.services()
   local database_url = opts.database_url
   if not database_url then
-    database_url = opts.shared_database and svc.database_url or M.fresh_database(opts.name or "sgw")
+    if opts.shared_database then
+      database_url = svc.database_url
+    elseif opts.migrate == false then
+      database_url = M.fresh_database(opts.name or "sgw")
+    else
+      database_url = M.migrated_database(opts.name or "sgw", opts.root)
+    end
   end
   local redis_url = opts.redis_url
   if redis_url == nil then
