@@ -19,7 +19,7 @@ end
 -- 300 s); the returned function ends that session, which frees the lock.
 local function hold_lock(url, key)
   local tag = "lock holder " .. key
-  local code, out = stack.sh("timeout 300 psql " .. q(url) .. " -X -q -c "
+  local code, out = stack.sh("timeout 300 " .. stack.PSQL .. " " .. q(url) .. " -X -q -c "
     .. q("SELECT pg_advisory_lock(" .. key .. "); SELECT pg_sleep(300) /* " .. tag .. " */")
     .. " > /dev/null 2>&1 &")
   assert(code == 0, out)

@@ -165,7 +165,7 @@ describe("posts", function()
     local target_id = post.targets[1].id
     local q = stack.shell_quote
     local dir = os.tmpname()
-    local worker = io.popen("psql " .. q(sgw.database_url) .. " -X -q -v ON_ERROR_STOP=1 >" .. q(dir .. ".psql") .. " 2>&1", "w")
+    local worker = io.popen(stack.PSQL .. " " .. q(sgw.database_url) .. " -X -q -v ON_ERROR_STOP=1 >" .. q(dir .. ".psql") .. " 2>&1", "w")
     worker:write("BEGIN;\nSELECT id FROM post_targets WHERE id = '" .. target_id .. "' FOR UPDATE;\n")
     worker:flush()
     local holding = "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction' AND query LIKE "
@@ -196,7 +196,7 @@ describe("posts", function()
       { publishing = { mode = "scheduled", scheduledAt = iso_in(3600) } }))
     local post_id = body.resource.postId
     local q = stack.shell_quote
-    local holder = io.popen("psql " .. q(sgw.database_url) .. " -X -q -v ON_ERROR_STOP=1 >/dev/null 2>&1", "w")
+    local holder = io.popen(stack.PSQL .. " " .. q(sgw.database_url) .. " -X -q -v ON_ERROR_STOP=1 >/dev/null 2>&1", "w")
     holder:write("BEGIN;\nSELECT id FROM posts WHERE id = '" .. post_id .. "' FOR UPDATE;\n")
     holder:flush()
     local holding = "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction' AND query LIKE "
