@@ -1027,17 +1027,25 @@ int jobs_start(int n) {
         return -1;
     }
 
+    sgw_worker **states = calloc((size_t)n, sizeof *states);
+    if (!states) goto fail;
+    for (int i = 0; i < n; i++) {
+        runners[i].id = i;
+        runners[i].efd = -1;
+        states[i] = &runners[i].w;
+    }
+    nrunners = n;
+    char err[2048];
+    int failed;
+    int rc = worker_init_all(states, n, "job", &failed, err, sizeof err);
+    free(states);
+    if (rc) {
+        log_msg(LOG_ERROR, "jobs_start", "job worker %d: %s", failed, err);
+        goto fail;
+    }
+    for (int i = 0; i < n; i++) runners[i].inited = 1;
     for (int i = 0; i < n; i++) {
         runner *r = &runners[i];
-        r->id = i;
-        r->efd = -1;
-        nrunners = i + 1;
-        char err[2048];
-        r->inited = 1;
-        if (worker_init(&r->w, i, "job", err, sizeof err)) {
-            log_msg(LOG_ERROR, "jobs_start", "job worker %d: %s", i, err);
-            goto fail;
-        }
         r->concurrency = conc;
         r->jobs = calloc((size_t)conc, sizeof *r->jobs);
         r->done = calloc((size_t)conc, sizeof *r->done);

@@ -113,6 +113,57 @@ int worker_init(sgw_worker *w, int id, const char *role, char *err, size_t errle
     return luart_refresh(w, err, errlen);
 }
 
+/* One worker's start, run on a thread of its own by worker_init_all. */
+typedef struct {
+    sgw_worker *w;
+    int         id;
+    const char *role;
+    int         rc;
+    char        err[2048];
+} init_task;
+
+static void *init_one(void *arg) {
+    init_task *t = arg;
+    t->rc = worker_init(t->w, t->id, t->role, t->err, sizeof t->err);
+    return NULL;
+}
+
+/* Building a worker's Lua state is most of a start, and each state is its
+ * own: the workers are initialised at once, one thread each (a worker whose
+ * thread cannot be made is initialised on this one). */
+int worker_init_all(sgw_worker *const *ws, int n, const char *role, int *failed, char *err, size_t errlen) {
+    init_task *tasks = calloc((size_t)n, sizeof *tasks);
+    pthread_t *threads = calloc((size_t)n, sizeof *threads);
+    unsigned char *made = calloc((size_t)n, 1);
+    int rc = 0;
+    *failed = -1;
+    if (!tasks || !threads || !made) {
+        snprintf(err, errlen, "out of memory");
+        rc = -1;
+        goto out;
+    }
+    for (int i = 0; i < n; i++) {
+        tasks[i] = (init_task){ .w = ws[i], .id = i, .role = role };
+        if (pthread_create(&threads[i], NULL, init_one, &tasks[i]) == 0) made[i] = 1;
+        else init_one(&tasks[i]);
+    }
+    for (int i = 0; i < n; i++) {
+        if (made[i]) pthread_join(threads[i], NULL);
+        if (tasks[i].rc && rc == 0) {
+            rc = -1;
+            *failed = i;
+            snprintf(err, errlen, "%s", tasks[i].err);
+        }
+    }
+    if (rc)
+        for (int i = 0; i < n; i++) worker_destroy(ws[i]);
+out:
+    free(tasks);
+    free(threads);
+    free(made);
+    return rc;
+}
+
 void worker_destroy(sgw_worker *w) {
     luart_close_state(w);
     if (w->pg) pg_close(w->pg);
@@ -885,14 +936,9 @@ static void *worker_main(void *arg) {
     }
 }
 
+/* Starts the thread of a worker whose state worker_init_all made; on
+ * failure the worker is destroyed. */
 static int start_one(http_worker *hw, int id) {
-    char err[2048];
-    hw->efd = -1;
-    if (worker_init(&hw->w, id, "http", err, sizeof err)) {
-        log_msg(LOG_ERROR, "worker_init", "worker %d: %s", id, err);
-        worker_destroy(&hw->w);
-        return -1;
-    }
     hw->holder = W_OWN;
     hw->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     hw->running = calloc((size_t)capacity, sizeof *hw->running);
@@ -931,9 +977,27 @@ int workers_start(int n, void (*on_complete)(sgw_request *req)) {
     }
     stopping = 0;
     workers = calloc((size_t)n, sizeof *workers);
-    if (!workers) return -1;
+    sgw_worker **states = calloc((size_t)n, sizeof *states);
+    if (!workers || !states) {
+        free(workers);
+        free(states);
+        workers = NULL;
+        return -1;
+    }
+    for (int i = 0; i < n; i++) states[i] = &workers[i].w;
+    char err[2048];
+    int failed;
+    int rc = worker_init_all(states, n, "http", &failed, err, sizeof err);
+    free(states);
+    if (rc) {
+        log_msg(LOG_ERROR, "worker_init", "worker %d: %s", failed, err);
+        free(workers);
+        workers = NULL;
+        return -1;
+    }
     for (int i = 0; i < n; i++) {
         if (start_one(&workers[i], i)) {
+            for (int j = i + 1; j < n; j++) worker_destroy(&workers[j].w);
             workers_stop();
             return -1;
         }

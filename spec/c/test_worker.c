@@ -768,6 +768,29 @@ static void test_reload(void) {
 
 /* After the workers stopped (a kept-alive connection after the drain):
  * nothing runs inline, and a queued request is answered 503 at once. */
+/* Workers are initialised at once, each state its own; when one cannot be
+ * (here: no generation loaded yet, before luart_init), none is left. */
+static void test_init_all(int loaded) {
+    sgw_worker ws[3];
+    sgw_worker *list[3] = { &ws[0], &ws[1], &ws[2] };
+    char err[512] = "";
+    int failed = 7;
+    int rc = worker_init_all(list, 3, "http", &failed, err, sizeof err);
+    if (!loaded) {
+        check(rc == -1 && failed == 0, "init_all fails without a generation", err);
+        check(strstr(err, "no generation loaded") != NULL, "init_all says why", err);
+        check(!ws[0].L && !ws[1].L && !ws[2].L && !ws[2].gen, "init_all leaves no worker half made", NULL);
+        return;
+    }
+    check(rc == 0 && failed == -1, "init_all starts three workers", err);
+    if (rc) return;
+    check(ws[0].L && ws[1].L && ws[2].L && ws[0].L != ws[1].L && ws[1].L != ws[2].L && ws[0].L != ws[2].L,
+          "each worker has a state of its own", NULL);
+    check(ws[0].gen && ws[0].gen == ws[1].gen && ws[1].gen == ws[2].gen, "all on the current generation", NULL);
+    check(ws[0].id == 0 && ws[2].id == 2 && strcmp(ws[1].role, "http") == 0, "ids and role", NULL);
+    for (int i = 0; i < 3; i++) worker_destroy(&ws[i]);
+}
+
 static void test_after_stop(void) {
     reset_done();
     sgw_request *req = new_req("/hello/late");
@@ -801,6 +824,7 @@ int main(void) {
         printf("shared store or hashing pool: %s\n", err);
         return 1;
     }
+    test_init_all(0);
     if (make_root() || luart_init(root, err, sizeof err)) {
         printf("handlers: %s\n", err);
         lua_tree_remove(root);
@@ -808,6 +832,7 @@ int main(void) {
     }
     ctl_open();
 
+    test_init_all(1);
     test_inline_and_migration();
     test_errors();
     test_request_tables();
