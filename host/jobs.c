@@ -1035,14 +1035,9 @@ int jobs_start(int n) {
         states[i] = &runners[i].w;
     }
     nrunners = n;
-    char err[2048];
-    int failed;
-    int rc = worker_init_all(states, n, "job", &failed, err, sizeof err);
+    int rc = worker_init_all(states, n, "job", NULL, NULL, 0);
     free(states);
-    if (rc) {
-        log_msg(LOG_ERROR, "jobs_start", "job worker %d: %s", failed, err);
-        goto fail;
-    }
+    if (rc) goto fail;
     for (int i = 0; i < n; i++) runners[i].inited = 1;
     for (int i = 0; i < n; i++) {
         runner *r = &runners[i];

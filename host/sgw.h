@@ -667,7 +667,8 @@ int  workers_queue_depth(void);
 /* Opens connections and the Lua state of a worker; 0 ok. */
 int  worker_init(sgw_worker *w, int id, const char *role, char *err, size_t errlen);
 /* worker_init for ws[0..n-1] at once (ids 0..n-1); on failure none is left
- * initialised, *failed is the index whose error err holds. */
+ * initialised, the first failure is logged and, when failed and err are not
+ * NULL, its index and error are given back there. */
 int  worker_init_all(sgw_worker *const *ws, int n, const char *role, int *failed, char *err, size_t errlen);
 void worker_destroy(sgw_worker *w);
 /* --------------------------------------------------------------- migrate.c

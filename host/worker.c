@@ -135,10 +135,9 @@ int worker_init_all(sgw_worker *const *ws, int n, const char *role, int *failed,
     init_task *tasks = calloc((size_t)n, sizeof *tasks);
     pthread_t *threads = calloc((size_t)n, sizeof *threads);
     unsigned char *made = calloc((size_t)n, 1);
-    int rc = 0;
-    *failed = -1;
+    int rc = 0, first = -1;
+    const char *why = "out of memory";
     if (!tasks || !threads || !made) {
-        snprintf(err, errlen, "out of memory");
         rc = -1;
         goto out;
     }
@@ -151,13 +150,16 @@ int worker_init_all(sgw_worker *const *ws, int n, const char *role, int *failed,
         if (made[i]) pthread_join(threads[i], NULL);
         if (tasks[i].rc && rc == 0) {
             rc = -1;
-            *failed = i;
-            snprintf(err, errlen, "%s", tasks[i].err);
+            first = i;
+            why = tasks[i].err;
         }
     }
     if (rc)
         for (int i = 0; i < n; i++) worker_destroy(ws[i]);
 out:
+    if (rc) log_msg(LOG_ERROR, "worker_init", "%s worker %d: %s", role, first, why);
+    if (failed) *failed = first;
+    if (err) snprintf(err, errlen, "%s", rc ? why : "");
     free(tasks);
     free(threads);
     free(made);
@@ -985,12 +987,9 @@ int workers_start(int n, void (*on_complete)(sgw_request *req)) {
         return -1;
     }
     for (int i = 0; i < n; i++) states[i] = &workers[i].w;
-    char err[2048];
-    int failed;
-    int rc = worker_init_all(states, n, "http", &failed, err, sizeof err);
+    int rc = worker_init_all(states, n, "http", NULL, NULL, 0);
     free(states);
     if (rc) {
-        log_msg(LOG_ERROR, "worker_init", "worker %d: %s", failed, err);
         free(workers);
         workers = NULL;
         return -1;
