@@ -651,7 +651,11 @@ int luart_refresh(sgw_worker *w, char *err, size_t errlen) {
         luart_release(g);
         return 0;
     }
-    lua_State *L = state_new(g, w, 1, err, errlen);
+    /* Serving states load every module up front, so that no request pays for
+     * a first require; an operator command runs once and loads only what it
+     * requires (the generation's check already loaded every module). */
+    int preload = strcmp(w->role ? w->role : "", "cli") != 0;
+    lua_State *L = state_new(g, w, preload, err, errlen);
     if (!L) {
         luart_release(g);
         return -1;

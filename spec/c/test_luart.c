@@ -205,6 +205,31 @@ static void test_good_tree(sgw_worker *w) {
     lua_settop(w->L, top);
 }
 
+/* Whether the state has loaded module (without loading it). */
+static int has_loaded(lua_State *L, const char *module) {
+    lua_getfield(L, LUA_REGISTRYINDEX, "sgw.loaded");
+    int t = lua_istable(L, -1) ? lua_getfield(L, -1, module) : LUA_TNIL;
+    lua_pop(L, lua_istable(L, -2) ? 2 : 1);
+    return t != LUA_TNIL;
+}
+
+/* A serving state loads every module up front; an operator command's only
+ * what it requires. */
+static void test_preload(void) {
+    char err[512] = "";
+    sgw_worker serving = { .id = 3, .role = "http" }, command = { .id = 0, .role = "cli" };
+    int ok = luart_refresh(&serving, err, sizeof err) == 0 && luart_refresh(&command, err, sizeof err) == 0;
+    check(ok, "an http and a cli state", err);
+    if (ok) {
+        check(has_loaded(serving.L, "handlers.ping"), "the http state has every handler loaded", NULL);
+        check(!has_loaded(command.L, "handlers.ping"), "the cli state has loaded no handler it did not require", NULL);
+        check(luart_require(command.L, "handlers.ping", err, sizeof err) == 0 && has_loaded(command.L, "handlers.ping"),
+              "the cli state loads one when required", err);
+    }
+    luart_close_state(&serving);
+    luart_close_state(&command);
+}
+
 static void test_sandbox(lua_State *L) {
     static const struct { const char *key, *want, *name; } seen_by_module[] = {
         { "io", "nil", "io is nil" },
@@ -455,6 +480,7 @@ int main(void) {
             test_assets(w.L);
             test_reloads(&w);
             test_random_seed();
+            test_preload();
         }
         luart_close_state(&w);
     }
