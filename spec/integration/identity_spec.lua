@@ -31,7 +31,7 @@ describe("identity", function()
 
   setup(function()
     root = fixture_root.create("identity")
-    local url = stack.fresh_database("identity")
+    local url = stack.migrated_database("identity")
     local set = {
       ["lua.root"] = root,
       ["clock.allow_control"] = true,

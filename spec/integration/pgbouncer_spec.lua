@@ -23,7 +23,7 @@ describe("PgBouncer in transaction mode", function()
   setup(function()
     local port = assert(services("pgbouncer", name .. " --pool-size 2"):match("(%d+)%s*$"))
     local dbname
-    direct_url, dbname = stack.fresh_database("pgbouncer")
+    direct_url, dbname = stack.migrated_database("pgbouncer")
     pooled_url = stack.url_with_database("postgresql://postgres@127.0.0.1:" .. port .. "/postgres", dbname)
     -- A session default sgw must not depend on: it sets its time zone and
     -- statement timeout per transaction.

@@ -201,7 +201,7 @@ for _, backend in ipairs { "one Redis", "a Redis Cluster" } do
     end
 
     it("shares one budget between two instances", function()
-      local url = stack.fresh_database("ratelimit")
+      local url = stack.migrated_database("ratelimit")
       local set = on_backend { ["api.rate_limit.anonymous_per_minute"] = 10 }
       local a = stack.start_sgw { name = "rl_a" .. suffix, database_url = url, set = set }
       local b = stack.start_sgw { name = "rl_b" .. suffix, database_url = url, set = set, migrate = false }
@@ -283,7 +283,7 @@ for _, backend in ipairs { "one Redis", "a Redis Cluster" } do
     end)
 
     it("revokes a busy client at once on every instance", function()
-      local url = stack.fresh_database("rl_revoke" .. suffix)
+      local url = stack.migrated_database("rl_revoke" .. suffix)
       local set = on_backend { ["api.credential_cache_seconds"] = 600 }
       local a = stack.start_sgw { name = "rl_rev_a" .. suffix, database_url = url, set = set }
       local b = stack.start_sgw { name = "rl_rev_b" .. suffix, database_url = url, set = set, migrate = false }
