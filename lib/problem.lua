@@ -18,6 +18,7 @@ local titles = {
   nothing_to_retry = "Nothing to retry",
   idempotency_key_in_use = "Idempotency-Key in use",
   comment_deleted = "Comment deleted",
+  limit_reached = "Limit reached",
   payload_too_large = "Payload too large",
   request_header_fields_too_large = "Request headers too large",
   unsupported_media_type = "Unsupported media type",

@@ -14,6 +14,8 @@ return function(req, ctx)
   local errors = fields.check(req.json, SPEC)
   if #errors > 0 then problem.raise(422, "validation_failed", "The request has invalid fields.", { errors = errors }) end
   local body = req.json
-  local id = assert(test_pages.create(ctx.client.company_id, body.platform, body.name))
+  local id, why, limit = test_pages.create(ctx.client.company_id, body.platform, body.name)
+  if why == test_pages.LIMIT_REACHED then problem.raise(409, "limit_reached", test_pages.limit_message(limit)) end
+  assert(id, why)
   return 201, accounts.present(accounts.get(ctx.client, id))
 end

@@ -21,7 +21,8 @@ return cli.command {
         local ok, err = cli.need_database()
         if not ok then return cli.fail(err) end
         if not companies.exists(flags.company) then return cli.fail("no company " .. flags.company) end
-        local id, aerr = test_pages.create(flags.company, flags.platform, flags.name)
+        local id, aerr, limit = test_pages.create(flags.company, flags.platform, flags.name)
+        if aerr == test_pages.LIMIT_REACHED then return cli.fail(test_pages.limit_message(limit)) end
         if not id then return cli.fail("could not add the test page: " .. tostring(aerr)) end
         return cli.ok({ accountId = id })
       end },

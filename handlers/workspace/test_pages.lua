@@ -12,6 +12,11 @@ return web.page(function(w)
     return connections.render(w, "test", { page_name = name, instagram_selected = platform == "instagram",
       error = "Give the test page a name (1 to 200 characters) and choose Facebook Page or Instagram account." }, 422)
   end
-  assert(test_pages.create(w.session.company_id, platform, name))
+  local id, why, limit = test_pages.create(w.session.company_id, platform, name)
+  if why == test_pages.LIMIT_REACHED then
+    return connections.render(w, "test", { page_name = name, instagram_selected = platform == "instagram",
+      error = test_pages.limit_message(limit) }, 409)
+  end
+  assert(id, why)
   return w:redirect("/workspace/connections?env=test&notice=test_page_added")
 end)

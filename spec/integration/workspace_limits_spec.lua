@@ -24,6 +24,7 @@ describe("workspace limits", function()
         ["workspace.login.max_attempts_per_address"] = 1000,
         ["workspace.signup.max_per_address"] = 4,
         ["api.rate_limit.anonymous_per_minute"] = 100000,
+        ["sandbox.max_test_pages"] = 2,
       },
     }
   end)
@@ -181,5 +182,58 @@ describe("workspace limits", function()
     assert.are.equal(303, status)
     assert.matches("notice=account_disconnected", h["location"])
     assert.matches("^%d.* disconnected$", state())
+  end)
+
+  it("holds a company to sandbox.max_test_pages test pages, however they are made, until one is disconnected", function()
+    local c = client(sgw, "127.0.0.4")
+    assert.are.equal(303, (sign_up(c, "Pages Co", "pages@limits.test")))
+    assert.are.equal(303, (c.sign_in("pages@limits.test", PASSWORD)))
+    local function add_in_workspace(name)
+      return c.submit("/workspace/connections/test-pages", { name = name, platform = "facebook" },
+        "/workspace/connections?env=test")
+    end
+    assert.are.equal(303, (add_in_workspace("Page one")))
+    assert.are.equal(303, (add_in_workspace("Page two")))
+    local db = sgw.database_url
+    local company = stack.psql(db, "SELECT company_id FROM social_accounts WHERE name = 'Page one'")
+    local function pages()
+      return stack.psql(db, "SELECT count(*) FROM social_accounts WHERE company_id = '" .. company
+        .. "' AND status <> 'disconnected'")
+    end
+
+    -- The workspace says why, on the form.
+    local status, body = add_in_workspace("Page three")
+    assert.are.equal(409, status)
+    assert.truthy(body:find("already has 2 test pages, as many as it may have", 1, true), body)
+    -- The API: 409 limit_reached, a problem document.
+    local key = stack.cli(sgw, { "client", "create", "--company", company, "--environment", "test",
+      "--scopes", "sandbox:write accounts:read" }).apiKey
+    local api_status, problem, headers = sgw:json("POST", "/api/v1/sandbox/accounts",
+      { body = { platform = "instagram", name = "Page three" }, headers = { ["X-Api-Key"] = key } })
+    assert.are.equal(409, api_status)
+    assert.are.equal("application/problem+json", headers["content-type"])
+    assert.are.equal("limit_reached", problem.code)
+    assert.are.equal("/docs/errors#limit_reached", problem.type)
+    assert.are.equal("Limit reached", problem.title)
+    assert.matches("already has 2 test pages", problem.detail, 1, true)
+    -- The operator command too.
+    local code, out = sgw:command({ "sandbox", "add-page", "--company", company, "--platform", "facebook",
+      "--name", "Page three" })
+    assert.are_not.equal(0, code)
+    assert.truthy(out:find("already has 2 test pages", 1, true), out)
+    assert.are.equal("2", pages())
+
+    -- Another company is not held to this one's pages.
+    local other = stack.cli(sgw, { "company", "create", "--name", "Other Pages Co" }).companyId
+    assert.truthy(stack.cli(sgw, { "sandbox", "add-page", "--company", other, "--platform", "facebook",
+      "--name", "Theirs" }).accountId)
+
+    -- Once one is disconnected, there is room for one more.
+    local first = stack.psql(db, "SELECT id FROM social_accounts WHERE name = 'Page one'")
+    assert.are.equal(303, (c.submit("/workspace/connections/" .. first .. "/disconnect", {})))
+    api_status = sgw:json("POST", "/api/v1/sandbox/accounts",
+      { body = { platform = "instagram", name = "Page three" }, headers = { ["X-Api-Key"] = key } })
+    assert.are.equal(201, api_status)
+    assert.are.equal("2", pages())
   end)
 end)
