@@ -11,7 +11,8 @@
  * FIFO.
  *
  * Nothing here blocks, the connections included (a non-blocking connect
- * whose AUTH and SELECT are queued ahead of the first command). A reply that
+ * whose AUTH and SELECT go first; calls made meanwhile wait in the line,
+ * unsent, until both are answered). A reply that
  * does not come within redis.timeout_ms, or a lost connection, fails every
  * call on the connection ("timeout", "unavailable"), and redis.c's back-off
  * then fails calls at once until redis.retry_interval_ms has passed. One the
@@ -62,6 +63,8 @@ typedef struct waiter {
     int        hops;                /* redirections and retries so far */
     int        map;                 /* cluster: CLUSTER SLOTS, for the map */
     int        map_wait;            /* cluster: MAP_AWAITED while parked for the map, then MAP_WAITED */
+    int        held;                /* not sent yet: waits for the set-up's replies */
+    int        asking;              /* an ASKING, ahead of its command */
 } waiter;
 
 enum { MAP_AWAITED = 1, MAP_WAITED = 2 };
@@ -73,6 +76,7 @@ typedef struct conn {
     redisContext *ctx;              /* NULL: not connected */
     int          established;       /* ctx has written or read: commands may have reached the node */
     int          unwritten;         /* commands appended since the last complete write */
+    int          setup_left;        /* AUTH and SELECT replies still to come: calls are held */
     waiter      *line, *spare;      /* ring of cap; spare: failing detaches the line into it */
     int          cap, head, len;
 } conn;
@@ -257,6 +261,7 @@ static void fail_all(sgw_redis_loop *rl, conn *c, const char *kind, const char *
     if (c->ctx) redisFree(c->ctx);
     c->ctx = NULL;
     c->unwritten = 0;
+    c->setup_left = 0;
     /* Resumed coroutines may send again (and fail at once in the back-off):
      * the line they find is a new, empty one. */
     int n = c->len;
@@ -293,6 +298,30 @@ static void push_waiter(conn *c, waiter w) {
     c->len++;
 }
 
+static const char asking_cmd[] = "*1\r\n$6\r\nASKING\r\n";
+
+/* Sends the calls held while AUTH and SELECT were answered, in line order;
+ * -1: out of memory. A held call is not written before its set-up is
+ * known good: Redis runs a pipeline's commands whatever came of the ones
+ * before, so a refused SELECT would have them write to database 0. */
+static int send_held(sgw_redis_loop *rl, conn *c) {
+    for (int i = 0; i < c->len; i++) {
+        waiter *w = &c->line[(c->head + i) % c->cap];
+        if (!w->held) continue;
+        int rc = w->asking ? redisAppendFormattedCommand(c->ctx, asking_cmd, sizeof asking_cmd - 1)
+                           : redisAppendFormattedCommand(c->ctx, w->cmd, w->cmdlen);
+        if (rc != REDIS_OK) return -1;
+        w->held = 0;
+        c->unwritten = 1;
+        /* One server never redirects: the command need not be kept. */
+        if (!rl->cluster && !w->asking) {
+            redisFreeCommand(w->cmd);
+            w->cmd = NULL;
+        }
+    }
+    return 0;
+}
+
 /* Appends w's command (after ASKING when asking) to c, connecting first when
  * need be. 0: w and its command belong to c's line; -1 with the reason in
  * *err: nothing was sent and w is still the caller's. */
@@ -315,25 +344,27 @@ static int conn_push(conn *c, waiter w, int asking, const char **err) {
         c->ctx = redis_node_connect_nonblock(c->node, &nsetup, err);
         if (!c->ctx) return -1;
         c->established = 0;
+        c->setup_left = nsetup;
         for (int i = 0; i < nsetup; i++) push_waiter(c, (waiter){ .deadline = deadline, .setup = 1, .slot = -1 });
         c->unwritten = 1;
     }
-    static const char asking_cmd[] = "*1\r\n$6\r\nASKING\r\n";
+    int hold = c->setup_left > 0;
     if (asking) {
-        if (redisAppendFormattedCommand(c->ctx, asking_cmd, sizeof asking_cmd - 1) != REDIS_OK) {
+        if (!hold && redisAppendFormattedCommand(c->ctx, asking_cmd, sizeof asking_cmd - 1) != REDIS_OK) {
             *err = "redis: out of memory";
             return -1;
         }
-        push_waiter(c, (waiter){ .deadline = deadline, .slot = -1 });
+        push_waiter(c, (waiter){ .deadline = deadline, .slot = -1, .held = hold, .asking = 1 });
     }
-    if (redisAppendFormattedCommand(c->ctx, w.cmd, w.cmdlen) != REDIS_OK) {
+    if (!hold && redisAppendFormattedCommand(c->ctx, w.cmd, w.cmdlen) != REDIS_OK) {
         /* an ASKING without its command is harmless: the next command clears it */
         *err = "redis: out of memory";
         return -1;
     }
     w.deadline = deadline;
+    w.held = hold;
     push_waiter(c, w);
-    c->unwritten = 1;
+    if (!hold) c->unwritten = 1;
     return 0;
 }
 
@@ -426,8 +457,12 @@ int redis_loop_send(sgw_redis_loop *rl, lua_State *co, int argc, const char **ar
     if (!rl->cluster) {
         conn *c = rl->conns[0];
         int rc = conn_push(c, w, 0, err);
-        /* One server never redirects: the command need not be kept. */
-        if (rc == 0) c->line[(c->head + c->len - 1) % c->cap].cmd = NULL;
+        if (rc == 0) {
+            waiter *pushed = &c->line[(c->head + c->len - 1) % c->cap];
+            if (pushed->held) return 0;     /* the line sends it, then frees it */
+            /* One server never redirects: the command need not be kept. */
+            pushed->cmd = NULL;
+        }
         redisFreeCommand(w.cmd);
         return rc;
     }
@@ -533,6 +568,11 @@ static int read_replies(sgw_redis_loop *rl, conn *c, void (*on_ready)(lua_State 
         }
         c->established = 1;
         redis_node_ok(c->node);
+        if (w.setup && --c->setup_left == 0 && send_held(rl, c) != 0) {
+            freeReplyObject(r);
+            fail_all(rl, c, "io", "out of memory", on_ready, ud);
+            return -1;
+        }
         if (w.map) {
             redis_cluster_apply_map(rl->cluster, r, c->node);
             freeReplyObject(r);

@@ -113,6 +113,23 @@ static void test_live(const char *url) {
                                   "redis.call('DEL', K .. 'db3')");
         close_worker(&w3);
 
+        /* A refused SELECT: the call fails, and its command never ran (in
+         * database 0, where a pipeline sent behind the SELECT would have). */
+        snprintf(u, sizeof u, "redis://%s/99999", base);
+        sgw_worker wd;
+        open_worker(&wd, u);
+        run_many(&wd, "SELECT refused",
+                 "local v, e, class = redis.call('SET', K .. 'wrong_db', 'x')\n"
+                 "check(v == nil and class == 'unavailable' and e:find('set-up refused', 1, true),"
+                 " 'a refused SELECT fails the call', tostring(e))\n", 3);
+        close_worker(&wd);
+        sgw_worker w0;
+        open_worker(&w0, url);
+        (void)luaL_dostring(w0.L, "check(redis.call('EXISTS', K .. 'wrong_db') == 0,"
+                                  " 'no call ran in database 0 behind the refused SELECT')\n"
+                                  "redis.call('DEL', K .. 'wrong_db')");
+        close_worker(&w0);
+
         snprintf(u, sizeof u, "redis://:wrong-password@%s", base);
         sgw_worker wa;
         open_worker(&wa, u);
