@@ -42,6 +42,24 @@ static void close_worker(sgw_worker *w) {
     redis_close(w->redis);
 }
 
+/* A set-up step (AUTH, SELECT) refused at refused_url: the call fails, and
+ * its command never ran (in database 0, where a pipeline sent behind the
+ * refusal would have run it). */
+static void expect_setup_refused(const char *url, const char *refused_url, const char *what) {
+    sgw_worker w;
+    open_worker(&w, refused_url);
+    run_many(&w, what,
+             "local v, e, class = redis.call('SET', K .. 'refused', 'x')\n"
+             "check(v == nil and class == 'unavailable' and e:find('set-up refused', 1, true),"
+             " 'a refused set-up fails the call', tostring(e))\n", 3);
+    close_worker(&w);
+    open_worker(&w, url);
+    (void)luaL_dostring(w.L, "check(redis.call('EXISTS', K .. 'refused') == 0,"
+                             " 'no call ran in database 0 behind the refused set-up')\n"
+                             "redis.call('DEL', K .. 'refused')");
+    close_worker(&w);
+}
+
 static void test_live(const char *url) {
     sgw_worker w;
     open_worker(&w, url);
@@ -113,31 +131,10 @@ static void test_live(const char *url) {
                                   "redis.call('DEL', K .. 'db3')");
         close_worker(&w3);
 
-        /* A refused SELECT: the call fails, and its command never ran (in
-         * database 0, where a pipeline sent behind the SELECT would have). */
         snprintf(u, sizeof u, "redis://%s/99999", base);
-        sgw_worker wd;
-        open_worker(&wd, u);
-        run_many(&wd, "SELECT refused",
-                 "local v, e, class = redis.call('SET', K .. 'wrong_db', 'x')\n"
-                 "check(v == nil and class == 'unavailable' and e:find('set-up refused', 1, true),"
-                 " 'a refused SELECT fails the call', tostring(e))\n", 3);
-        close_worker(&wd);
-        sgw_worker w0;
-        open_worker(&w0, url);
-        (void)luaL_dostring(w0.L, "check(redis.call('EXISTS', K .. 'wrong_db') == 0,"
-                                  " 'no call ran in database 0 behind the refused SELECT')\n"
-                                  "redis.call('DEL', K .. 'wrong_db')");
-        close_worker(&w0);
-
+        expect_setup_refused(url, u, "SELECT refused");
         snprintf(u, sizeof u, "redis://:wrong-password@%s", base);
-        sgw_worker wa;
-        open_worker(&wa, u);
-        run_many(&wa, "AUTH refused",
-                 "local v, e, class = redis.call('PING')\n"
-                 "check(v == nil and class == 'unavailable' and e:find('set-up refused', 1, true),"
-                 " 'a refused AUTH fails the call', tostring(e))\n", 3);
-        close_worker(&wa);
+        expect_setup_refused(url, u, "AUTH refused");
     }
 }
 
