@@ -9,8 +9,11 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static inline int test_port_bindable(int port)
@@ -39,6 +42,17 @@ static inline int test_free_port(void)
     }
     int high = (ephemeral_low > 65536 ? 65536 : ephemeral_low) - 1;
     int low = high - 12000 < 1024 ? 1024 : high - 12000;
+    if (high < 1024 + 1000) { /* an ephemeral range from the bottom: no room below it */
+        low = 20000;
+        high = 30000;
+    }
+    /* ctest runs the specs of several processes at once: a port given out is
+     * marked in the test services' directory, as spec/support/stack.lua does,
+     * so that no two get the same one. */
+    const char *dir = getenv("SGW_TEST_SERVICES_DIR");
+    char ports[PATH_MAX], mark[PATH_MAX + 16];
+    int claim = dir && *dir && snprintf(ports, sizeof ports, "%s/ports", dir) < (int)sizeof ports;
+    if (claim) mkdir(ports, 0755);
     unsigned seed = 0;
     FILE *r = fopen("/dev/urandom", "rb");
     if (r) {
@@ -51,8 +65,14 @@ static inline int test_free_port(void)
     for (int i = 0; i < 200; i++) {
         seed = seed * 1103515245u + 12345u;
         int port = low + (int)((seed >> 8) % (unsigned)(high - low + 1));
-        if (test_port_bindable(port))
-            return port;
+        if (!test_port_bindable(port))
+            continue;
+        if (claim) {
+            snprintf(mark, sizeof mark, "%s/%d", ports, port);
+            if (mkdir(mark, 0755) != 0)
+                continue;
+        }
+        return port;
     }
     return -1;
 }

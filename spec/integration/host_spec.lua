@@ -308,6 +308,7 @@ end
       local out_file = stack.build_dir() .. "/test-roots/reload-wrk.out"
       os.remove(out_file)
       local traffic = load.start(sgw.base_url .. "/test/version", { connections = 16, script = script, out = out_file })
+      finally(traffic.stop)
       local function answered()
         local _, metrics = sgw:admin("GET", "/metrics")
         local n = 0
@@ -487,6 +488,7 @@ end
           ["database.pool_wait_ms"] = 250, ["lua.handler_budget_ms"] = 500 } }
         database_url = inst.database_url
         local burst = load.start(inst.base_url, { connections = 48, timeout = 3, script = script })
+        finally(burst.stop)
         stack.eventually(function()
           local _, metrics = inst:admin("GET", "/metrics")
           local n = metrics and tonumber(metrics:match("\nsgw_http_inflight_requests (%d+)\n"))

@@ -78,7 +78,7 @@ describe("scheduler", function()
     local t = tenant(inst)
     -- Each post is due a moment after it was made, so that posts fall due
     -- while others are still being made, however fast this machine makes them.
-    for _ = 1, 200 do t.post(stack.now() + 2.5) end
+    for _ = 1, 200 do t.post(stack.now() + 4) end
     all_final(inst, inst.database_url, 200)
     local out = stack.psql(inst.database_url, [[
       SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY d) || ' ' || max(d) || ' ' || min(d) FROM (
@@ -95,11 +95,11 @@ describe("scheduler", function()
   it("keeps scheduled posts across a restart", function()
     local inst = stack.start_sgw { name = "sched-restart", set = SETTINGS }
     local t = tenant(inst)
-    -- Due from 3 to 6 s ahead: most fall due after the new instance is up
+    -- Due from 3 to 9 s ahead: most fall due after the new instance is up
     -- (it must start them on time), any that fall due while no instance runs
     -- must still be published, once.
     local at = stack.now() + 3
-    for i = 1, 20 do t.post(at + i * 0.15) end
+    for i = 1, 20 do t.post(at + i * 0.3) end
     assert.are.equal(0, inst:stop(20))
     local again = stack.start_sgw { name = "sched-restart-2", set = SETTINGS, database_url = inst.database_url, migrate = false }
     local up_at = iso(stack.now())

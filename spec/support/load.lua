@@ -34,10 +34,18 @@ function M.start(url, opts)
   assert(pid, "wrk did not start: " .. out)
   local load = { pid = pid }
   running[pid] = true
-  --- Interrupts wrk (it then prints its summary) and waits until it exited.
+  --- Interrupts wrk (it then prints its summary) and waits until it exited;
+  --- once stopped, stopping again does nothing. wrk ignores SIGINT until its
+  --- threads are made, so the signal is sent again while it runs, and after
+  --- 10 s it is killed (without a summary).
   function load.stop()
-    os.execute("kill -INT " .. pid .. " 2>/dev/null")
-    stack.eventually(function() return gone(pid) end, 15, 0.02, "wrk to stop")
+    if not running[pid] then return end
+    local deadline = stack.now() + 10
+    while not gone(pid) and stack.now() < deadline do
+      os.execute("kill -INT " .. pid .. " 2>/dev/null")
+      stack.sleep(0.05)
+    end
+    if not gone(pid) then os.execute("kill -KILL " .. pid .. " 2>/dev/null") end
     running[pid] = nil
   end
   return load

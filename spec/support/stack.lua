@@ -234,8 +234,12 @@ local templates = {}
 --- which every instance of every spec would otherwise do.
 local function migrated_template(root)
   if templates[root] then return templates[root] end
-  local code, sum = M.sh("cat " .. q(root) .. "/migrations/*.sql | sha256sum")
-  assert(code == 0, "cannot read the migrations under " .. root .. ": " .. sum)
+  -- Names and contents: a renamed migration is another set.
+  local code, sums = M.sh("cd " .. q(root .. "/migrations") .. " && sha256sum -- *.sql")
+  assert(code == 0, "cannot read the migrations under " .. root .. ": " .. sums)
+  local sum
+  code, sum = M.sh("printf '%s' " .. q(sums) .. " | sha256sum")
+  assert(code == 0, sum)
   local name = "sgw_template_" .. sum:sub(1, 16)
   local admin = M.services().database_url
   local building = M.url_with_database(admin, name .. "_new")
@@ -322,6 +326,7 @@ local function listen_port_range()
     f:close()
   end
   local top = math.min(low, 65536) - 1
+  if top < 1024 + 1000 then return 20000, 30000 end -- an ephemeral range from the bottom: no room below it
   return math.max(1024, top - 12000), top
 end
 
