@@ -766,8 +766,6 @@ static void test_reload(void) {
     workers_stop();
 }
 
-/* After the workers stopped (a kept-alive connection after the drain):
- * nothing runs inline, and a queued request is answered 503 at once. */
 /* Workers are initialised at once, each state its own; when one cannot be
  * (here: no generation loaded yet, before luart_init), none is left. */
 static void test_init_all(int loaded) {
@@ -791,6 +789,8 @@ static void test_init_all(int loaded) {
     for (int i = 0; i < 3; i++) worker_destroy(&ws[i]);
 }
 
+/* After the workers stopped (a kept-alive connection after the drain):
+ * nothing runs inline, and a queued request is answered 503 at once. */
 static void test_after_stop(void) {
     reset_done();
     sgw_request *req = new_req("/hello/late");
