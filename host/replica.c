@@ -5,7 +5,12 @@
  * One thread per process measures the replica's lag on a connection of its
  * own, every REPLICA_CHECK_MS (at most half of database.max_replica_lag_ms),
  * and publishes the answer; every worker's reads consult it without waiting
- * on anything. A read that finds the replica failing where the primary
+ * on anything. Each measurement first reads the primary's WAL position and
+ * keeps it with the time it was read; the replica is then as far behind as
+ * the newest of those positions it has replayed is old. That holds however
+ * the replica fell behind, a WAL receiver that hears nothing included (its
+ * own view says it has replayed all it received). Without the primary, the
+ * replica's own view is all there is. A read that finds the replica failing where the primary
  * would not marks it unusable at once, until a measurement says otherwise.
  * Only the changes are logged and counted, so a replica down for an hour
  * writes two lines.
@@ -20,6 +25,7 @@
 #include <libpq-fe.h>
 
 #define REPLICA_CHECK_MS 1000
+#define MAX_SAMPLES      4096   /* positions of the primary kept, one a measurement */
 /* How far the replica's replay is behind, in milliseconds: 0 while its WAL
  * receiver runs and it has replayed everything received; otherwise the age
  * of the last replayed transaction (an idle primary writes none, so this
@@ -32,6 +38,12 @@
     " AND pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0 " \
     "ELSE (extract(epoch FROM clock_timestamp() - pg_last_xact_replay_timestamp()) " \
     "      * 1000)::bigint END"
+
+/* The primary's WAL positions, with when each was read (monotonic ms): a
+ * ring that spans database.max_replica_lag_ms; the monitor's alone. */
+typedef struct { uint64_t lsn, at_ms; } wal_sample;
+static wal_sample     *samples;
+static int             nsamples, cap_samples, next_sample;
 
 static atomic_int      usable;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -72,19 +84,64 @@ void replica_failed(const char *why) {
     if (atomic_load(&usable)) note(0, -1, why);
 }
 
-/* One measurement on c (connected here when needed); returns c. */
-static PGconn *measure(PGconn *c, long long max_lag) {
+/* A session for the checks on url, bounded like the workers' sessions (pg.c),
+ * so that a host gone without a word stalls the measurements (and the stop
+ * that waits for this thread) for about a minute, not hours. The URL comes
+ * last: what it sets wins. NULL or a failed connection: the caller's. */
+static PGconn *check_session(const char *url) {
+    const char *keys[] = { "connect_timeout", "application_name", "keepalives", "keepalives_idle",
+                           "keepalives_interval", "keepalives_count", "tcp_user_timeout", "dbname", NULL };
+    const char *vals[] = { "5", "sgw-replica-check", "1", "30", "10", "3", "60000", url, NULL };
+    return PQconnectdbParams(keys, vals, 1);
+}
+
+static int parse_lsn(const char *text, uint64_t *lsn) {
+    unsigned hi, lo;
+    char tail;
+    if (sscanf(text, "%X/%X%c", &hi, &lo, &tail) != 2) return -1;
+    *lsn = ((uint64_t)hi << 32) | lo;
+    return 0;
+}
+
+/* Reads the primary's WAL position into the ring; 1 when it was read. */
+static int sample_primary(PGconn **p) {
+    if (!*p || PQstatus(*p) != CONNECTION_OK) {
+        if (*p) PQfinish(*p);
+        *p = check_session(config_str("database.url"));
+        if (!*p || PQstatus(*p) != CONNECTION_OK) return 0;
+    }
+    PGresult *r = PQexec(*p, "SELECT pg_current_wal_lsn()");
+    uint64_t lsn;
+    int ok = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 && !PQgetisnull(r, 0, 0) &&
+             parse_lsn(PQgetvalue(r, 0, 0), &lsn) == 0;
+    PQclear(r);
+    if (!ok) return 0;
+    samples[next_sample] = (wal_sample){ .lsn = lsn, .at_ms = clock_mono_ms() };
+    next_sample = (next_sample + 1) % cap_samples;
+    if (nsamples < cap_samples) nsamples++;
+    return 1;
+}
+
+/* How long ago the newest sampled position at or before replayed was read;
+ * -1 when the replica is behind even the oldest sample (how far, unknown). */
+static long long behind_ms(uint64_t replayed) {
+    uint64_t now = clock_mono_ms(), newest = 0;
+    int found = 0;
+    for (int i = 0; i < nsamples; i++) {
+        if (samples[i].lsn <= replayed && (!found || samples[i].at_ms > newest)) {
+            newest = samples[i].at_ms;
+            found = 1;
+        }
+    }
+    return found ? (long long)(now - newest) : -1;
+}
+
+/* One measurement on c (connected here when needed); returns c. sampled:
+ * the primary's position was just read. */
+static PGconn *measure(PGconn *c, long long max_lag, int sampled) {
     if (!c || PQstatus(c) != CONNECTION_OK) {
         if (c) PQfinish(c);
-        /* Bounded like the workers' sessions (pg.c), so that a replica host
-         * gone without a word stalls the measurements (and the stop that
-         * waits for this thread) for about a minute, not hours. The URL
-         * comes last: what it sets wins. */
-        const char *keys[] = { "connect_timeout", "application_name", "keepalives", "keepalives_idle",
-                               "keepalives_interval", "keepalives_count", "tcp_user_timeout", "dbname", NULL };
-        const char *vals[] = { "5", "sgw-replica-check", "1", "30", "10", "3", "60000",
-                               config_str("database.read_url"), NULL };
-        c = PQconnectdbParams(keys, vals, 1);
+        c = check_session(config_str("database.read_url"));
         if (!c || PQstatus(c) != CONNECTION_OK) {
             char why[256];
             snprintf(why, sizeof why, "%s", c ? PQerrorMessage(c) : "out of memory");
@@ -93,12 +150,23 @@ static PGconn *measure(PGconn *c, long long max_lag) {
             return c;
         }
     }
-    PGresult *r = PQexec(c, REPLICA_LAG_SQL);
+    char why[256] = "it has not replayed any transaction yet";
     long long lag = -1;
+    PGresult *r = PQexec(c, sampled ? "SELECT pg_is_in_recovery(), pg_last_wal_replay_lsn()" : REPLICA_LAG_SQL);
     int answered = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
-    if (answered && !PQgetisnull(r, 0, 0)) lag = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
-    char why[256];
-    snprintf(why, sizeof why, "%s", answered ? "it has not replayed any transaction yet" : PQerrorMessage(c));
+    if (!answered) {
+        snprintf(why, sizeof why, "%s", PQerrorMessage(c));
+    } else if (!sampled) {
+        if (!PQgetisnull(r, 0, 0)) lag = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+    } else if (strcmp(PQgetvalue(r, 0, 0), "f") == 0) {
+        lag = 0;                         /* not in recovery: a primary, never behind */
+    } else if (!PQgetisnull(r, 0, 1)) {
+        uint64_t replayed;
+        if (parse_lsn(PQgetvalue(r, 0, 1), &replayed) == 0) lag = behind_ms(replayed);
+        if (lag < 0)
+            snprintf(why, sizeof why, "it has not replayed what the primary had written %d measurements ago",
+                     nsamples);
+    }
     why[strcspn(why, "\n")] = 0;
     PQclear(r);
     note(lag >= 0 && lag <= max_lag, lag, why);
@@ -109,11 +177,16 @@ static void *monitor(void *arg) {
     (void)arg;
     long long max_lag = config_int("database.max_replica_lag_ms");
     uint64_t every = max_lag / 2 < REPLICA_CHECK_MS ? (uint64_t)(max_lag > 1 ? max_lag / 2 : 1) : REPLICA_CHECK_MS;
-    PGconn *c = NULL;
+    /* Enough samples to tell a replica database.max_replica_lag_ms behind. */
+    long long want = max_lag / (long long)every + 2;
+    cap_samples = want > MAX_SAMPLES ? MAX_SAMPLES : (int)want;
+    samples = calloc((size_t)cap_samples, sizeof *samples);
+    nsamples = next_sample = 0;
+    PGconn *c = NULL, *primary = NULL;
     pthread_mutex_lock(&mu);
     while (!stopping) {
         pthread_mutex_unlock(&mu);
-        c = measure(c, max_lag);
+        c = measure(c, max_lag, samples && sample_primary(&primary));
         pthread_mutex_lock(&mu);
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
@@ -127,6 +200,9 @@ static void *monitor(void *arg) {
     }
     pthread_mutex_unlock(&mu);
     if (c) PQfinish(c);
+    if (primary) PQfinish(primary);
+    free(samples);
+    samples = NULL;
     return NULL;
 }
 

@@ -76,6 +76,28 @@ describe("read replica", function()
     assert.matches('sgw_db_reads_total{target="replica"}', metrics, 1, true)
   end)
 
+  it("finds a replica behind whose WAL receiver hears nothing, though it has replayed all it received", function()
+    local function usable(inst)
+      local _, metrics = stack.request("GET", inst.admin_url .. "/metrics")
+      return (metrics or ""):match("\nsgw_db_replica_usable (%d)")
+    end
+    stack.eventually(function() return usable(strict) == "1" end, 15, 0.1, "the strict instance to use the replica")
+    -- The primary's WAL sender stops sending (as on a link that drops
+    -- everything): the replica's receiver still runs and has replayed all it
+    -- got, so by its own view it is not behind at all.
+    local sender = stack.psql(env.sgw.database_url, "SELECT pid FROM pg_stat_replication")
+    assert.matches("^%d+$", sender)
+    assert.are.equal(0, (stack.sh("kill -STOP " .. sender)))
+    finally(function() stack.sh("kill -CONT " .. sender) end)
+    local first = t.publish(t.fb, { type = "text", message = "Not sent to the replica" })
+    stack.eventually(function() return usable(strict) == "0" end, 10, 0.1, "the strict instance to skip the replica")
+    stack.eventually(function() return list(strict)[first] end, 10, 0.1, "the listing from the primary")
+    assert.are.equal("1", usable(env.sgw), "the patient instance still uses it")
+
+    assert.are.equal(0, (stack.sh("kill -CONT " .. sender)))
+    stack.eventually(function() return usable(strict) == "1" end, 15, 0.1, "the strict instance back on the replica")
+  end)
+
   it("reads from the primary while the replica is down", function()
     local _, target = t.publish(t.fb, { type = "text", message = "Replica down" })
     services("replica-stop", name)
