@@ -51,20 +51,18 @@ describe("job runner", function()
     })
     local db = sgw.database_url
     stack.request("POST", slow.url .. "/reset")
-    local t0 = stack.now()
     enqueue(db, 200, { url = slow.url .. "/fetch" })
 
     stack.eventually(function()
       local done = count(db, "SELECT count(DISTINCT job_id) FROM job_selftest_results")
       return done == 200, done .. " of 200 jobs recorded"
     end, 60, 0.2, "the 200 jobs did not complete" .. log_tail(sgw))
-    local elapsed = stack.now() - t0
 
     local stats = slow.stats()
-    -- One at a time this would take 200 s; 64 at once, about 4 s.
+    -- 64 calls in flight at once on the fake, never more: how fast the 200
+    -- go is the benchmarks' business, not a time limit here.
     assert.is_true(stats.peak >= 64, "peak concurrency was " .. stats.peak)
     assert.is_true(stats.peak <= 64, "jobs.concurrency exceeded: peak " .. stats.peak)
-    assert.is_true(elapsed < 20, string.format("200 jobs took %.1f s", elapsed))
     assert.equal(200, count(db, "SELECT count(*) FROM job_selftest_results WHERE status = 200"))
     stack.eventually(function()
       return count(db, "SELECT count(*) FROM jobs") == 0
