@@ -40,12 +40,11 @@ function M.start(url, opts)
   --- 10 s it is killed (without a summary).
   function load.stop()
     if not running[pid] then return end
-    local deadline = stack.now() + 10
-    while not gone(pid) and stack.now() < deadline do
+    local stopped = pcall(stack.eventually, function()
+      if gone(pid) then return true end
       os.execute("kill -INT " .. pid .. " 2>/dev/null")
-      stack.sleep(0.05)
-    end
-    if not gone(pid) then os.execute("kill -KILL " .. pid .. " 2>/dev/null") end
+    end, 10, 0.05)
+    if not stopped then os.execute("kill -KILL " .. pid .. " 2>/dev/null") end
     running[pid] = nil
   end
   return load

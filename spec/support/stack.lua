@@ -203,10 +203,15 @@ end
 -- below), so that a developer's test PostgreSQL does not fill up with them.
 local created_databases = {}
 
+-- The shell command that runs one statement as the services' PostgreSQL
+-- administrator (CREATE, ALTER and DROP DATABASE).
+local function admin_command(sql)
+  return M.PSQL .. " " .. q(M.services().database_url) .. " -X -q -v ON_ERROR_STOP=1 -c " .. q(sql)
+end
+
 local function drop_created_databases()
-  local admin = M.services().database_url
   for _, name in ipairs(created_databases) do
-    M.sh(M.PSQL .. " " .. q(admin) .. " -X -q -c " .. q('DROP DATABASE IF EXISTS "' .. name .. '" WITH (FORCE)'))
+    M.sh(admin_command('DROP DATABASE IF EXISTS "' .. name .. '" WITH (FORCE)'))
   end
   created_databases = {}
 end
@@ -216,8 +221,7 @@ end
 function M.fresh_database(prefix)
   local admin = M.services().database_url
   local name = M.unique_name(prefix or "sgw")
-  local code, out = M.sh(M.PSQL .. " " .. q(admin) .. " -X -q -v ON_ERROR_STOP=1 -c "
-    .. q('CREATE DATABASE "' .. name .. '"'))
+  local code, out = M.sh(admin_command('CREATE DATABASE "' .. name .. '"'))
   if code ~= 0 then
     error("could not create database " .. name .. ": " .. out, 2)
   end
@@ -249,12 +253,11 @@ local function migrated_template(root)
   -- Built under another name and renamed once migrated: a template that
   -- exists is complete, also when a process that built one died half-way.
   local build = "if " .. exists .. " | grep -q 1; then exit 0; fi\n" .. table.concat({
-    M.PSQL .. " " .. q(admin) .. " -X -q -v ON_ERROR_STOP=1 -c " .. q('DROP DATABASE IF EXISTS "' .. name .. '_new"'),
-    M.PSQL .. " " .. q(admin) .. " -X -q -v ON_ERROR_STOP=1 -c " .. q('CREATE DATABASE "' .. name .. '_new"'),
+    admin_command('DROP DATABASE IF EXISTS "' .. name .. '_new"'),
+    admin_command('CREATE DATABASE "' .. name .. '_new"'),
     "cd " .. q(root) .. " && " .. q(M.build_dir() .. "/sgw") .. " migrate --set database.url=" .. q(building)
       .. " --set redis.url=",
-    M.PSQL .. " " .. q(admin) .. " -X -q -v ON_ERROR_STOP=1 -c "
-      .. q('ALTER DATABASE "' .. name .. '_new" RENAME TO "' .. name .. '"'),
+    admin_command('ALTER DATABASE "' .. name .. '_new" RENAME TO "' .. name .. '"'),
   }, " && \n")
   local out
   code, out = M.sh("flock " .. q(lock_dir .. "/migrated-template.lock") .. " sh -ec " .. q(build))
@@ -267,15 +270,13 @@ end
 --- repository's) already applied; returns its URL and name.
 function M.migrated_database(prefix, root)
   local template = migrated_template(root or M.repo_root())
-  local admin = M.services().database_url
   local name = M.unique_name(prefix or "sgw")
-  local code, out = M.sh(M.PSQL .. " " .. q(admin) .. " -X -q -v ON_ERROR_STOP=1 -c "
-    .. q('CREATE DATABASE "' .. name .. '" TEMPLATE "' .. template .. '" STRATEGY FILE_COPY'))
+  local code, out = M.sh(admin_command('CREATE DATABASE "' .. name .. '" TEMPLATE "' .. template .. '" STRATEGY FILE_COPY'))
   if code ~= 0 then
     error("could not create database " .. name .. " from " .. template .. ": " .. out, 2)
   end
   created_databases[#created_databases + 1] = name
-  return M.url_with_database(admin, name), name
+  return M.url_with_database(M.services().database_url, name), name
 end
 
 --- A new database as an earlier version left it: migrated with the
@@ -538,15 +539,8 @@ end
 
 --- Waits up to timeout seconds for the process to end; its exit code or nil.
 function Instance:wait(timeout)
-  local deadline = M.now() + (timeout or 30)
-  repeat
-    local code = self:exit_code()
-    if code then
-      return code
-    end
-    M.sleep(0.02)
-  until M.now() >= deadline
-  return self:exit_code()
+  local ok, code = pcall(M.eventually, function() return self:exit_code() end, timeout or 30, 0.02)
+  return ok and code or self:exit_code()
 end
 
 function Instance:signal(name)
@@ -759,23 +753,19 @@ function M.start_sgw(opts)
   end
   if wait_for then
     local timeout = opts.start_timeout or tonumber(os.getenv("SGW_TEST_START_TIMEOUT") or "") or 15
-    local deadline = M.now() + timeout
-    while true do
-      local code = inst:exit_code()
-      if code then
-        error("sgw exited (code " .. code .. ") while starting; log " .. inst.log_path .. ":\n"
-          .. tail(inst:log()), 2)
-      end
-      local status = M.request("GET", inst.admin_url .. "/" .. wait_for, { timeout = 1 })
-      if status == 200 then
-        break
-      end
-      if M.now() >= deadline then
-        inst:stop(5)
-        error("sgw did not answer 200 on /" .. wait_for .. " within " .. timeout .. " s; log "
-          .. inst.log_path .. ":\n" .. tail(inst:log()), 2)
-      end
-      M.sleep(0.02)
+    local exited
+    local answered = pcall(M.eventually, function()
+      exited = inst:exit_code()
+      return exited or M.request("GET", inst.admin_url .. "/" .. wait_for, { timeout = 1 }) == 200
+    end, timeout, 0.02)
+    if exited then
+      error("sgw exited (code " .. exited .. ") while starting; log " .. inst.log_path .. ":\n"
+        .. tail(inst:log()), 2)
+    end
+    if not answered then
+      inst:stop(5)
+      error("sgw did not answer 200 on /" .. wait_for .. " within " .. timeout .. " s; log "
+        .. inst.log_path .. ":\n" .. tail(inst:log()), 2)
     end
   end
   return inst
