@@ -539,15 +539,22 @@ static void open_libs(lua_State *L) {
     lua_pop(L, 1);
 }
 
-/* Requires a module as loading a generation does: within the handler time
- * budget, so that a module looping at load time fails the load instead of
- * holding the reload (or the start) for ever. */
+/* Requires a module as loading a generation does: within lua.load_budget_ms,
+ * so that a module looping at load time fails the load instead of holding
+ * the reload (or the start) for ever. Its own budget, not the requests': a
+ * reload compiles every module while the workers serve, and on a busy
+ * machine that may take longer than a request is allowed to. */
 static int require_within_budget(lua_State *L, const char *name, char *err, size_t errlen) {
-    budget_arm(L, config_num("lua.handler_budget_ms"));
+    double budget_ms = config_num("lua.load_budget_ms");
+    uint64_t started = clock_mono_ms();
+    budget_arm(L, budget_ms);
     budget_enter(L);
     int rc = luart_require(L, name, err, errlen);
     budget_leave();
     budget_disarm(L);
+    if (rc && budget_ms > 0 && (double)(clock_mono_ms() - started) >= budget_ms)
+        snprintf(err, errlen, "module '%s' (or one it requires) did not finish loading within lua.load_budget_ms (%.0f ms)",
+                 name, budget_ms);
     return rc;
 }
 
