@@ -136,7 +136,7 @@ struct sgw_pg {
     int       connecting;        /* a connection started without waiting (connect_async) */
     uint64_t  connect_deadline;  /* monotonic ms when it gives up; 0: never */
     uint64_t  connect_limit_ms;  /* connect_timeout: each host of the conninfo has it anew */
-    char      connect_host[64];  /* the host being tried */
+    char      connect_host[256]; /* the host:port being tried */
     PostgresPollingStatusType connect_wants;
     PGTransactionStatusType async_before;
     PGresult *async_settings;    /* the first failure before the statements */
@@ -598,13 +598,93 @@ int pg_async_fd(sgw_pg *pg, short *events) {
     return PQsocket(pg->conn);
 }
 
+/* The items of a comma-separated libpq list (host, hostaddr, port). */
+#define HOST_LIST_MAX 16
+typedef struct host_list {
+    char  buf[1024];
+    char *item[HOST_LIST_MAX];
+    int   n;
+} host_list;
+
+static void host_list_split(const char *s, host_list *l) {
+    l->n = 0;
+    if (!s || !*s) return;
+    snprintf(l->buf, sizeof l->buf, "%s", s);
+    for (char *p = l->buf, *comma; l->n < HOST_LIST_MAX; p = comma + 1) {
+        l->item[l->n++] = p;
+        if (!(comma = strchr(p, ','))) break;
+        *comma = 0;
+    }
+}
+
+/* Items from..n-1 joined again; "" when the list has no more than one item,
+ * which then holds for every host (a single port) or is absent. */
+static void host_list_rest(const host_list *l, int from, char *out, size_t outlen) {
+    out[0] = 0;
+    if (l->n <= 1) return;
+    size_t used = 0;
+    for (int i = from; i < l->n && used < outlen; i++)
+        used += (size_t)snprintf(out + used, outlen - used, "%s%s", i > from ? "," : "", l->item[i]);
+}
+
+/* libpq tries the hosts of a multi-host conninfo in turn, but applies
+ * connect_timeout to each only in its own blocking connect: driven by
+ * PQconnectPoll, a first host that takes the connection and never answers
+ * would hold the attempt until our deadline failed it, and the hosts after
+ * it would never be tried. So when the deadline passes on a host that is not
+ * the last, connecting starts again with the hosts after it (later keywords
+ * override the conninfo's). 1: a new attempt is under way. */
+static int connect_next_host(sgw_pg *pg) {
+    host_list hosts, addrs, ports;
+    hosts.n = addrs.n = ports.n = 0;
+    PQconninfoOption *opts = PQconninfo(pg->conn);
+    for (PQconninfoOption *o = opts; o && o->keyword; o++) {
+        if (strcmp(o->keyword, "host") == 0) host_list_split(o->val, &hosts);
+        else if (strcmp(o->keyword, "hostaddr") == 0) host_list_split(o->val, &addrs);
+        else if (strcmp(o->keyword, "port") == 0) host_list_split(o->val, &ports);
+    }
+    PQconninfoFree(opts);
+    int n = hosts.n > addrs.n ? hosts.n : addrs.n;
+    const char *current = PQhost(pg->conn);
+    int at = -1;
+    for (int i = 0; i < n && at < 0 && current; i++) {
+        const char *name = i < hosts.n && *hosts.item[i] ? hosts.item[i] : i < addrs.n ? addrs.item[i] : "";
+        if (strcmp(name, current) == 0) at = i;
+    }
+    if (at < 0 || at + 1 >= n) return 0;
+    char host[1024], hostaddr[1024], port[1024];
+    host_list_rest(&hosts, at + 1, host, sizeof host);
+    host_list_rest(&addrs, at + 1, hostaddr, sizeof hostaddr);
+    host_list_rest(&ports, at + 1, port, sizeof port);
+    log_msg(LOG_WARN, "db_connect_failed", "timeout expired while connecting to %s (connect_timeout); trying the next host",
+            current);
+    static const char *const keys_after[] = { "host", "hostaddr", "port" };
+    const char *keys[sizeof CONNECT_KEYS / sizeof *CONNECT_KEYS + 3];
+    const char *vals[sizeof keys / sizeof *keys];
+    const char *base_vals[] = CONNECT_VALS(pg->conninfo);
+    size_t k = 0;
+    for (; CONNECT_KEYS[k]; k++) { keys[k] = CONNECT_KEYS[k]; vals[k] = base_vals[k]; }
+    const char *after[] = { host, hostaddr, port };
+    for (size_t j = 0; j < 3; j++) { keys[k] = keys_after[j]; vals[k] = after[j]; k++; }   /* "": not overridden */
+    keys[k] = vals[k] = NULL;
+    PQfinish(pg->conn);
+    pg->conn = PQconnectStartParams(keys, vals, 1);
+    if (!pg->conn || PQstatus(pg->conn) == CONNECTION_BAD) return 0;
+    pg->connect_host[0] = 0;
+    pg->connect_deadline = clock_mono_ms() + pg->connect_limit_ms;
+    pg->connect_wants = PGRES_POLLING_WRITING;
+    return 1;
+}
+
 /* Advances a connection under way once its socket is ready (revents). */
 static int connect_step(sgw_pg *pg, short revents) {
-    /* libpq moves on to the conninfo's next host by itself: like its own
-     * connect_timeout, ours counts for each host. */
-    const char *host = PQhost(pg->conn);
-    if (host && strncmp(host, pg->connect_host, sizeof pg->connect_host) != 0) {
-        snprintf(pg->connect_host, sizeof pg->connect_host, "%s", host);
+    /* libpq moves on to the conninfo's next host by itself (a refusal, a
+     * read-only server): like its own connect_timeout, ours counts for each
+     * host. */
+    char host[sizeof pg->connect_host];
+    snprintf(host, sizeof host, "%s:%s", PQhost(pg->conn) ? PQhost(pg->conn) : "", PQport(pg->conn) ? PQport(pg->conn) : "");
+    if (strcmp(host, pg->connect_host) != 0) {
+        memcpy(pg->connect_host, host, sizeof host);
         if (pg->connect_limit_ms) pg->connect_deadline = clock_mono_ms() + pg->connect_limit_ms;
     }
     if (!revents) return 0;
@@ -632,6 +712,7 @@ int pg_async_step(sgw_pg *pg, short revents) {
         /* A server that took the connection and never answers (or a SYN
          * that goes nowhere) would hold the caller for minutes. */
         if (pg->connect_deadline && clock_mono_ms() >= pg->connect_deadline) {
+            if (connect_next_host(pg)) return 0;
             connect_failed(pg, "timeout expired while connecting (connect_timeout)");
             pg->async_done = 1;
             return 1;

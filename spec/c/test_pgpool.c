@@ -649,6 +649,44 @@ static void test_connect_timeout(void) {
     close(fd);
 }
 
+/* A multi-host conninfo whose first host takes the connection and never
+ * answers: after connect_timeout the next host is tried, and the statement
+ * runs there (libpq's own blocking connect does this; one driven without
+ * waiting would give up on the first host). */
+static void test_connect_next_host(const char *url) {
+    int port = test_free_port();
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    PQconninfoOption *opts = PQconninfoParse(url, NULL);
+    if (port < 0 || fd < 0 || !opts || bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 16)) {
+        check(0, "a listener that never answers, and the test database's conninfo", "cannot listen or parse");
+        if (fd >= 0) close(fd);
+        if (opts) PQconninfoFree(opts);
+        return;
+    }
+    const char *host = "", *db_port = "", *dbname = "", *user = "";
+    for (PQconninfoOption *o = opts; o->keyword; o++) {
+        const char *v = o->val ? o->val : "";
+        if (strcmp(o->keyword, "host") == 0) host = v;
+        else if (strcmp(o->keyword, "port") == 0) db_port = v;
+        else if (strcmp(o->keyword, "dbname") == 0) dbname = v;
+        else if (strcmp(o->keyword, "user") == 0) user = v;
+    }
+    char multi[512];
+    snprintf(multi, sizeof multi, "host=127.0.0.1,%s port=%d,%s dbname=%s user=%s connect_timeout=1", host, port,
+             db_port, dbname, user);
+    PQconninfoFree(opts);
+    sgw_worker w;
+    worker_open(&w, 10, multi, 1);
+    run_one(&w,
+            "local r, e = db.query('SELECT 1 AS one')\n"
+            "check(r and r[1] and r[1].one == 1,\n"
+            "      'a first host that never answers is left for the next one at connect_timeout: ' .. tostring(e))\n");
+    worker_close(&w);
+    close(fd);
+}
+
 int main(void) {
     char err[512];
     if (config_load_file("config/sgw.conf", 1, err, sizeof err)) {
@@ -658,7 +696,10 @@ int main(void) {
     test_line();
     test_connect_timeout();
     const char *url = getenv("SGW_TEST_DATABASE_URL");
-    if (url && *url) test_on_database(url);
+    if (url && *url) {
+        test_on_database(url);
+        test_connect_next_host(url);
+    }
     else printf("SKIP: the database part (SGW_TEST_DATABASE_URL not set)\n");
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
