@@ -51,6 +51,9 @@
 #define XFER_MT "sgw.httpc.xfer"
 #define EASY_MT "sgw.httpc.easy"
 #define DEFAULT_MAX_RESPONSE ((size_t)16 << 20)
+/* How late a lease confirmation may be before calls that could outlast the
+ * lease stop (the runner tries a failed one again after a second). */
+#define LEASE_CONFIRM_GRACE_MS 1000
 /* Sockets of the caller's that httpc_poll also waits on (the job pool's). */
 #define EXTRA_FDS_MAX HTTPC_EXTRA_FDS_MAX
 
@@ -93,6 +96,9 @@ struct sgw_httpc {
     xlist      running;            /* added to the multi */
     xlist      queued;             /* FIFO beyond max_concurrent */
     lua_State *current;            /* coroutine the runner is resuming */
+    uint64_t   lease_confirmed;    /* its job's lease was last given full length then (monotonic ms); 0: not a job */
+    uint64_t   lease_ms;           /* that length */
+    uint64_t   lease_every_ms;     /* how often the runner confirms leases */
     int        epfd;               /* the sockets curl waits on (on_socket) */
     int        timer_set;          /* curl asked to be called at timer_at */
     int        unwatched;          /* some running transfer has x->unwatched set */
@@ -684,6 +690,32 @@ void httpc_set_current(sgw_httpc *h, lua_State *co) {
     if (h) h->current = co;
 }
 
+void httpc_set_lease(sgw_httpc *h, uint64_t confirmed_ms, uint64_t lease_ms, uint64_t every_ms) {
+    if (!h) return;
+    h->lease_confirmed = confirmed_ms;
+    h->lease_ms = lease_ms;
+    h->lease_every_ms = every_ms;
+}
+
+/* Whether a job's call of this time limit may go out. It must be over before
+ * the job's lease, as last confirmed, can run out, or another instance could
+ * take the job and make the call again while this one is still under way (a
+ * post published twice). The runner confirms leases every lease_every_ms
+ * (a third of their length); while it does, calls go out, and a call started
+ * just before a confirmation that then fails still ends in time as long as
+ * the lease is longer than that period + 1 s + the call's time limit
+ * (config/sgw.conf, jobs.lease_seconds). Once a confirmation is overdue (the
+ * database has not answered), a call that could outlast the lease is not
+ * sent, and none at all once the lease has run out. */
+static int lease_covers(const sgw_httpc *h, long timeout_ms, uint64_t *since_ms) {
+    if (!h || !h->lease_confirmed) return 1;
+    uint64_t now = clock_mono_ms(), until = h->lease_confirmed + h->lease_ms;
+    *since_ms = now > h->lease_confirmed ? now - h->lease_confirmed : 0;
+    if (now >= until) return 0;
+    if (*since_ms <= h->lease_every_ms + LEASE_CONFIRM_GRACE_MS) return 1;
+    return timeout_ms > 0 && now + (uint64_t)timeout_ms <= until;
+}
+
 /* Moves waiting transfers into the multi while there is room. One that
  * cannot be added ends at once with an error. */
 static void promote(sgw_httpc *h, xfer **done) {
@@ -929,6 +961,15 @@ static int request_run(lua_State *L) {
     }
 
     sgw_httpc *h = w ? w->httpc : NULL;
+    uint64_t since_ms = 0;
+    if (!lease_covers(h, o.timeout_ms, &since_ms)) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "not sent: the job's lease (jobs.lease_seconds) was last confirmed %d ms ago and could run "
+                        "out before this call's time limit, and another instance take the job (is the database "
+                        "reachable?)", (int)since_ms);
+        lua_pushliteral(L, "lease");
+        return 3;
+    }
     if (h && h->current == L && lua_isyieldable(L)) return start_async(L, h, x, xi, &o);
 
     easy_box *b = lua_touserdata(L, lua_upvalueindex(2));

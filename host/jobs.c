@@ -69,6 +69,7 @@ typedef struct job {
     int        ref;                  /* anchors co in the registry */
     int        on_http;              /* parked on an outbound call (http.request) */
     uint64_t   started_ms;           /* monotonic, when it was claimed */
+    uint64_t   leased_ms;            /* when the statement that last gave its lease full length was sent */
 } job;
 
 typedef struct timer {
@@ -369,8 +370,10 @@ static void resume_job(runner *r, job *j, int nargs) {
     lua_State *co = j->co;
     int nres = 0;
     loop_set_current(&r->w, co);
+    httpc_set_lease(r->w.httpc, j->leased_ms, (uint64_t)(r->lease_s * 1000.0), r->heartbeat_ms);
     budget_arm(co, r->budget_ms);
     int st = luart_resume(co, r->w.L, nargs, &nres);
+    httpc_set_lease(r->w.httpc, 0, 0, 0);
     loop_set_current(&r->w, NULL);
 
     if (st == LUA_YIELD) {
@@ -498,6 +501,7 @@ static job *reserve_job(runner *r, PGresult *res, int row) {
     memset(j, 0, sizeof *j);
     j->used = 1;
     j->started_ms = clock_mono_ms();
+    j->leased_ms = r->last_claim;
     j->ref = LUA_NOREF;
     j->id = strtoll(PQgetvalue(res, row, 0), NULL, 10);
     snprintf(j->kind, sizeof j->kind, "%s", PQgetvalue(res, row, 1));
@@ -628,10 +632,17 @@ static void heartbeat(runner *r) {
     log_msg(LOG_DEBUG, "job_leases", "worker %d extends %s", r->id, ids);
     PGresult *res = exec_sql(r, "extending leases",
                              "UPDATE jobs SET locked_until = now() + make_interval(secs => $2) "
-                             "WHERE id = ANY($3::bigint[]) AND locked_by = $1",
-                             3, v, PGRES_COMMAND_OK);
+                             "WHERE id = ANY($3::bigint[]) AND locked_by = $1 RETURNING id",
+                             3, v, PGRES_TUPLES_OK);
     if (res) {
         r->last_renewed = now;
+        /* Only the jobs still ours have their leases confirmed: one another
+         * instance took keeps the old time, and its calls out stop. */
+        for (int k = 0; k < PQntuples(res); k++) {
+            long long id = strtoll(PQgetvalue(res, k, 0), NULL, 10);
+            for (int i = 0; i < r->concurrency; i++)
+                if (r->jobs[i].used && r->jobs[i].id == id) r->jobs[i].leased_ms = now;
+        }
     } else if (r->heartbeat_ms > HEARTBEAT_RETRY_MS) {
         /* Not extended: again soon, not a third of the lease later, when
          * the leases may have run out and another instance taken the jobs. */

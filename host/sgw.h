@@ -400,6 +400,10 @@ int        httpc_active(sgw_httpc *h);            /* transfers under way */
 /* The coroutine the job runner is resuming: only it may yield on a
  * transfer (a job's own nested coroutines block instead). */
 void       httpc_set_current(sgw_httpc *h, lua_State *co);
+/* For the job runner: the lease of the job it is about to resume was last
+ * given its full length lease_ms at confirmed_ms (monotonic; 0: no job), and
+ * the runner confirms leases every every_ms. */
+void       httpc_set_lease(sgw_httpc *h, uint64_t confirmed_ms, uint64_t lease_ms, uint64_t every_ms);
 /* Runs transfers for up to timeout_ms; for each finished one calls
  * on_ready(co, 0, ud), which must resume co before it returns (the results
  * are built inside the coroutine, under its protected call). */

@@ -186,10 +186,20 @@ local record_published = coalesce.new(function(target_ids, outcomes)
 end)
 
 -- Step 3: record the outcome and settle the post; returns the job's answer.
+-- A failure is recorded only while the target is still in this run's
+-- attempt: a run that lost its job's lease (another instance took the job
+-- and started an attempt of its own) must not turn that attempt back.
+local STILL_OURS_SQL = "SELECT 1 FROM post_targets WHERE id = $1 AND status = 'publishing' AND attempts = $2 FOR UPDATE"
+
 local function record(row, outcome)
   if outcome.status == "published" then return record_published(row.id, outcome) end
   local answer
   db.transaction(function()
+    if not assert(db.query(STILL_OURS_SQL, row.id, row.attempts))[1] then
+      log.warn("publish_outcome_dropped", { targetId = row.id, attempt = row.attempts,
+        reason = "the target moved on while this run waited (its job's lease passed to another run)" })
+      return
+    end
     local status = outcome.status
     if status == "unknown" then
       -- Stays 'publishing': the next run asks the platform before trying again.

@@ -12,6 +12,9 @@ local M = {}
 
 -- Any 2xx within this many seconds is success (CONTRACT 7).
 M.TIMEOUT_SECONDS = 10
+-- How long a delivery waits when the host did not send it (its job's lease
+-- was not confirmed lately: the database is likely unreachable).
+M.LEASE_RETRY_SECONDS = 5
 
 -- The delivery body. Built by hand so that the envelope's fields come in a
 -- fixed order; `data_json` is the event's data, already encoded.
@@ -150,6 +153,12 @@ function M.deliver(event_id, attempt, created_second)
     -- name that was public at registration may point inside now (DNS rebinding).
     deny_private_addresses = not config.get("webhooks.allow_private_targets"),
   })
+  if kind == "lease" then
+    -- Not sent (the job's lease was not confirmed lately): no attempt to record.
+    fields.detail = err
+    log.warn("webhook_delivery_deferred", fields)
+    return { retry_in = M.LEASE_RETRY_SECONDS, attempt = false }
+  end
   local r = { status_code = res and res.status, error = M.failure_reason(res, kind),
     duration_ms = math.floor(clock.mono_ms() - started) }
   if res and res.status >= 200 and res.status <= 299 then

@@ -77,7 +77,7 @@ function M.call(method, path, params, token)
   if not res then
     local err = graph_errors.from_failure(message, kind)
     log.warn("graph_call_failed", { method = method, path = path, kind = kind, error = err.message, ms = ms })
-    return nil, err, kind ~= "connect"
+    return nil, err, kind ~= "connect" and kind ~= "lease"
   end
 
   local pressure = graph_errors.usage_pressure(res.headers)

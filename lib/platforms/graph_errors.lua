@@ -222,8 +222,18 @@ function M.from_response(res)
   return out
 end
 
+-- How long a job waits after a call the host did not send for its lease.
+M.LEASE_RETRY_SECONDS = 5
+
 -- From a failed http.request (message, kind): nothing usable came back.
 function M.from_failure(message, kind)
+  if kind == "lease" then
+    -- The host sent nothing: the job's lease was not confirmed lately (the
+    -- database?), and another instance could take the job during the call.
+    -- As in a pause, no call was made and no attempt is spent.
+    return { code = "platform_unavailable", paused = true, retry_after = M.LEASE_RETRY_SECONDS,
+      message = "No call made to the Graph API (" .. short(message) .. ")." }
+  end
   local what = kind == "timeout" and "Graph API did not answer in time" or "Could not reach the Graph API"
   return { code = "platform_unavailable", message = what .. " (" .. short(message) .. ")." }
 end

@@ -1,6 +1,7 @@
 /*
  * free_port.h — a TCP port on the loopback that nothing listens on now, for
- * the C tests that start a listener or a server of their own. Ports come from
+ * the C tests that start a listener or a server of their own, and a listener
+ * that never answers. Ports come from
  * below the kernel's ephemeral range: one from that range (bind to port 0)
  * can go to another process's outgoing connection before our own bind.
  */
@@ -75,6 +76,25 @@ static inline int test_free_port(void)
         return port;
     }
     return -1;
+}
+
+/* A listener on a free loopback port that nobody accepts from: the kernel
+ * completes connections, and nothing ever answers them. Its socket, with
+ * *port set, or -1. */
+static inline int test_silent_listener(int *port)
+{
+    *port = test_free_port();
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)*port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (*port < 0 || fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 64) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
 }
 
 #endif

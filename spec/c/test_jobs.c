@@ -11,7 +11,8 @@
  * cannot read, and a kind without a handler, fail the same way; so does a
  * run that waits past jobs.max_run_seconds. A job done
  * whose row the database would not delete keeps its lease and is deleted
- * later, without running again.
+ * later, without running again. A job's calls out stop once its lease goes
+ * unconfirmed and a call could outlast it.
  */
 #include "sgw.h"
 
@@ -23,6 +24,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "free_port.h"
 #include "lua_tree.h"
 
 /* ------------------------------------------------------------ handlers */
@@ -53,6 +55,19 @@ static const lua_tree_file tree[] = {
     { "handlers/jobs/t_bad_delay.lua", "return function() return { retry_in = 'soon' } end\n" },
     { "handlers/jobs/t_lone_attempt.lua", "return function() return { attempt = false } end\n" },
     { "handlers/jobs/t_bad_attempt.lua", "return function() return { retry_in = 0, attempt = 'no' } end\n" },
+    /* Calls payload.url (which never answers) up to payload.calls times,
+     * and fails with the kinds of failure it met, in order, and the last one's
+ * message. */
+    { "handlers/jobs/t_call.lua",
+      "return function(payload, job)\n"
+      "  local kinds, last = {}, ''\n"
+      "  for i = 1, payload.calls do\n"
+      "    local r, e, kind = http.request { url = payload.url, timeout = payload.timeout }\n"
+      "    kinds[#kinds + 1], last = kind or 'answered', tostring(e)\n"
+      "    if kind == 'lease' then break end\n"
+      "  end\n"
+      "  error(table.concat(kinds, ',') .. '\\n' .. last, 0)\n"
+      "end\n" },
 };
 #define NTREE (sizeof tree / sizeof tree[0])
 
@@ -244,6 +259,65 @@ static void test_done_unrecorded(void) {
     check(strcmp(runs_of(&j, runs, sizeof runs), "1") == 0, "it ran once", runs);
 }
 
+/* Runs a t_call job of `calls` calls of 1.2 s to the silent listener on
+ * port (payload_extra: more members of its payload) until it is dead; buf
+ * gets the kinds of failure it met, and the last one's message follows. */
+static const char *call_job(int port, int calls, const char *payload_extra, char *buf, size_t len) {
+    char sql[512];
+    snprintf(sql, sizeof sql, "INSERT INTO jobs (kind, payload, max_attempts) VALUES ('t_call', "
+             "'{\"url\": \"http://127.0.0.1:%d/\", \"timeout\": 1.2, \"calls\": %d%s}', 1) RETURNING id",
+             port, calls, payload_extra);
+    long long id = strtoll(value(sql, buf, len), NULL, 10);
+    exec_ok(db, "NOTIFY sgw_jobs");
+    snprintf(sql, sizeof sql, "SELECT status FROM jobs WHERE id = %lld", id);
+    check(eventually_value(sql, "dead"), "the calling job ended", NULL);
+    snprintf(sql, sizeof sql, "SELECT split_part(last_error, E'\\n', 1) || E'\\n' || split_part(last_error, E'\\n', 2) "
+             "FROM jobs WHERE id = %lld", id);
+    value(sql, buf, len);
+    char *nl = strchr(buf, '\n');
+    if (!nl) return "";
+    *nl = 0;
+    return nl + 1;
+}
+
+/* A job's calls out end before its lease can run out. Calls of 1.2 s to a
+ * server that never answers, under a 3 s lease that the runner confirms
+ * every second: while it does, they go on past the lease's first length;
+ * once the database no longer extends it (a trigger skips the update of
+ * that job's row, as an unreachable database would), the first call that
+ * could outlast the lease, at 2.4 s, is not sent, and says why. */
+static void test_calls_within_lease(void) {
+    char err[256];
+    jobs_stop();
+    if (config_set("jobs.lease_seconds", "3", err, sizeof err) || jobs_start(1)) {
+        check(0, "the job runner starts again with a 3 s lease", err);
+        return;
+    }
+    int port, fd = test_silent_listener(&port);
+    if (fd < 0) {
+        check(0, "a listener that never answers", "cannot listen");
+        return;
+    }
+    char buf[256];
+    call_job(port, 3, "", buf, sizeof buf);
+    check(strcmp(buf, "timeout,timeout,timeout") == 0,
+          "3 calls of 1.2 s went out, 3.6 s under a 3 s lease that the runner extended", buf);
+
+    int made = exec_ok(db,
+        "CREATE FUNCTION skip_extension() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$; "
+        "CREATE TRIGGER skip_extension BEFORE UPDATE ON jobs FOR EACH ROW "
+        "WHEN (OLD.payload->>'lease' = 'lapses' AND OLD.locked_by IS NOT NULL AND NEW.locked_by = OLD.locked_by "
+        "AND NEW.status = OLD.status AND NEW.attempts = OLD.attempts) EXECUTE FUNCTION skip_extension()");
+    check(made, "a trigger that skips the extension of one job's lease", PQerrorMessage(db));
+    const char *last = call_job(port, 5, ", \"lease\": \"lapses\"", buf, sizeof buf);
+    check(strcmp(buf, "timeout,timeout,lease") == 0,
+          "2 calls went out; the third, which could have outlasted the unconfirmed lease, was not sent", buf);
+    check(strncmp(last, "not sent: the job's lease (jobs.lease_seconds) was last confirmed ", 66) == 0,
+          "the refusal says why", last);
+    if (made) exec_ok(db, "DROP TRIGGER skip_extension ON jobs; DROP FUNCTION skip_extension()");
+    close(fd);
+}
+
 /* Left as instances leave them, before the runner starts: one whose
  * attempts, the last and its one grace run, were still leased to instances
  * that died with them (never claimed again, buried), one given back at the
@@ -338,6 +412,7 @@ int main(void) {
         test_outcomes();
         test_leftovers();
         test_done_unrecorded();
+        test_calls_within_lease();
         jobs_stop();
     } else {
         check(0, "the job runner starts", err);

@@ -628,13 +628,9 @@ static void test_on_database(const char *url) {
  * statement fails once connect_timeout has passed, instead of waiting on
  * it for as long as the socket lives. No database needed. */
 static void test_connect_timeout(void) {
-    int port = test_free_port();
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    if (port < 0 || fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 16)) {
+    int port, fd = test_silent_listener(&port);
+    if (fd < 0) {
         check(0, "a listener that never answers", "cannot listen");
-        if (fd >= 0) close(fd);
         return;
     }
     char url[160];
@@ -654,12 +650,9 @@ static void test_connect_timeout(void) {
  * runs there (libpq's own blocking connect does this; one driven without
  * waiting would give up on the first host). */
 static void test_connect_next_host(const char *url) {
-    int port = test_free_port();
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    int port, fd = test_silent_listener(&port);
     PQconninfoOption *opts = PQconninfoParse(url, NULL);
-    if (port < 0 || fd < 0 || !opts || bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 16)) {
+    if (fd < 0 || !opts) {
         check(0, "a listener that never answers, and the test database's conninfo", "cannot listen or parse");
         if (fd >= 0) close(fd);
         if (opts) PQconninfoFree(opts);

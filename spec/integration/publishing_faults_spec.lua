@@ -110,6 +110,33 @@ describe("publishing faults", function()
     assert.are.equal(1, times_published(fake, t.page.id, "A real post"))
   end)
 
+  it("drops the outcome of a run whose job was taken over, and leaves the new attempt alone", function()
+    -- While the platform takes 1.5 s to refuse the POST, the job passes to
+    -- another run (as when this instance's lease ran out in a database
+    -- outage), which starts an attempt of its own. The first run's failure
+    -- must not send that attempt back to retry_scheduled.
+    local message = "Taken over mid-call"
+    fake.fail({ match = { method = "POST", path = "/{page}/feed" }, count = 1, preset = "transient", delay_ms = 1500 })
+    local body = t.text(message)
+    stack.eventually(function()
+      for _, r in ipairs(fake.requests({ method = "POST", path = "/" .. t.page.id .. "/feed" })) do
+        if r.params and r.params.message == message then return true end
+      end
+    end, 20, 0.02, "the POST on its way")
+    local post = body.resource.postId
+    stack.psql(sgw.database_url, ([[
+      UPDATE jobs SET locked_by = 'another-instance' WHERE kind = 'publish_target'
+         AND payload->>'targetId' IN (SELECT id FROM post_targets WHERE post_id = '%s');
+      UPDATE post_targets SET attempts = attempts + 1 WHERE post_id = '%s']]):format(post, post))
+    stack.eventually(function() return sgw:log():find('"publish_outcome_dropped"', 1, true) end, 20, 0.05,
+      "the first run to drop its outcome")
+    assert.are.equal("publishing|2", stack.psql(sgw.database_url,
+      ("SELECT status || '|' || attempts FROM post_targets WHERE post_id = '%s'"):format(post)))
+    -- Once that lease runs out too, the job runs again and publishes, once.
+    assert.are.equal("succeeded", t.wait(body.operationId).status)
+    assert.are.equal(1, times_published(fake, t.page.id, message))
+  end)
+
   it("retries 500s from the platform and publishes once", function()
     fake.fail({ match = { method = "POST", path = "/{page}/feed" }, count = 2, preset = "transient" })
     local body = t.text("After two 500s")

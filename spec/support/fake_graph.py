@@ -37,7 +37,8 @@ Control API (JSON bodies; answers JSON; errors {"error":{"message",...}} with 4x
                                                    "retry_after_minutes"?},
                                         "status"?, "body"?, "content_type"?   (kind http),
                                         "delay_ms"?                           (delay, timeout_after_commit,
-                                                                               late_answer)}
+                                                                               late_answer; error and http:
+                                                                               answered that much later)}
                                        late_answer: the answer is made at once (a listing shows the
                                        moment it was read) and sent delay_ms later
                                        path: "/{page}/feed", "/{ig}/media_publish", "/{container}",
@@ -1609,7 +1610,7 @@ class Handler(BaseHTTPRequestHandler):
             return
 
         latency = float(app.config["latency_ms"] or 0)
-        if kind == "delay":
+        if kind in ("delay", "error", "http"):
             latency += float(failure.get("delay_ms") or 0)
         if latency > 0:
             time.sleep(latency / 1000.0)
