@@ -632,16 +632,20 @@ static void heartbeat(runner *r) {
     log_msg(LOG_DEBUG, "job_leases", "worker %d extends %s", r->id, ids);
     PGresult *res = exec_sql(r, "extending leases",
                              "UPDATE jobs SET locked_until = now() + make_interval(secs => $2) "
-                             "WHERE id = ANY($3::bigint[]) AND locked_by = $1 RETURNING id",
+                             "WHERE id = ANY($3::bigint[]) AND locked_by = $1 RETURNING id, attempts",
                              3, v, PGRES_TUPLES_OK);
     if (res) {
         r->last_renewed = now;
-        /* Only the jobs still ours have their leases confirmed: one another
-         * instance took keeps the old time, and its calls out stop. */
+        /* Only the runs still holding their jobs have their leases
+         * confirmed: a job another instance took, or this runner claimed
+         * again after its lease ran out (a later attempt), keeps the old
+         * time for the run that lost it, whose calls out then stop. */
         for (int k = 0; k < PQntuples(res); k++) {
             long long id = strtoll(PQgetvalue(res, k, 0), NULL, 10);
+            int attempts = atoi(PQgetvalue(res, k, 1));
             for (int i = 0; i < r->concurrency; i++)
-                if (r->jobs[i].used && r->jobs[i].id == id) r->jobs[i].leased_ms = now;
+                if (r->jobs[i].used && r->jobs[i].id == id && r->jobs[i].attempts == attempts)
+                    r->jobs[i].leased_ms = now;
         }
     } else if (r->heartbeat_ms > HEARTBEAT_RETRY_MS) {
         /* Not extended: again soon, not a third of the lease later, when

@@ -552,7 +552,7 @@ static int require_within_budget(lua_State *L, const char *name, char *err, size
     int rc = luart_require(L, name, err, errlen);
     budget_leave();
     budget_disarm(L);
-    if (rc && budget_ms > 0 && (double)(clock_mono_ms() - started) >= budget_ms)
+    if (rc && budget_ms > 0 && (double)(clock_mono_ms() - started) >= budget_ms && strstr(err, "exceeded its time budget"))
         snprintf(err, errlen, "module '%s' (or one it requires) did not finish loading within lua.load_budget_ms (%.0f ms)",
                  name, budget_ms);
     return rc;

@@ -617,14 +617,35 @@ static void host_list_split(const char *s, host_list *l) {
     }
 }
 
-/* Items from..n-1 joined again; "" when the list has no more than one item,
- * which then holds for every host (a single port) or is absent. */
+/* A list's items from `from` on, joined again into out; "" when they are
+ * all empty (each the default: the keyword is left out and libpq fills it
+ * in). A list of one item holds for every host (a single port): kept. */
 static void host_list_rest(const host_list *l, int from, char *out, size_t outlen) {
     out[0] = 0;
-    if (l->n <= 1) return;
+    if (l->n == 1) {
+        snprintf(out, outlen, "%s", l->item[0]);
+        return;
+    }
+    int any = 0;
+    for (int i = from; i < l->n; i++) any |= *l->item[i] != 0;
     size_t used = 0;
-    for (int i = from; i < l->n && used < outlen; i++)
+    for (int i = from; any && i < l->n && used < outlen; i++)
         used += (size_t)snprintf(out + used, outlen - used, "%s%s", i > from ? "," : "", l->item[i]);
+}
+
+/* Which entry of the conninfo's host list libpq is trying: the one whose
+ * name (or address) and port are the current ones; failing that, one left
+ * empty (the default socket). -1 when none is. */
+static int current_host_entry(PGconn *c, const host_list *hosts, const host_list *addrs, const host_list *ports) {
+    const char *host = PQhost(c), *port = PQport(c);
+    int n = hosts->n > addrs->n ? hosts->n : addrs->n, unnamed = -1;
+    for (int i = 0; i < n && host; i++) {
+        const char *name = i < hosts->n && *hosts->item[i] ? hosts->item[i] : i < addrs->n ? addrs->item[i] : "";
+        const char *p = ports->n == 1 ? ports->item[0] : i < ports->n ? ports->item[i] : "";
+        if (!*name && unnamed < 0) unnamed = i;
+        if (strcmp(name, host) == 0 && (!*p || !port || strcmp(p, port) == 0)) return i;
+    }
+    return unnamed;
 }
 
 /* libpq tries the hosts of a multi-host conninfo in turn, but applies
@@ -632,61 +653,80 @@ static void host_list_rest(const host_list *l, int from, char *out, size_t outle
  * PQconnectPoll, a first host that takes the connection and never answers
  * would hold the attempt until our deadline failed it, and the hosts after
  * it would never be tried. So when the deadline passes on a host that is not
- * the last, connecting starts again with the hosts after it (later keywords
- * override the conninfo's). 1: a new attempt is under way. */
+ * the last, connecting starts again with the hosts after it: every setting
+ * the connection has, its host, hostaddr and port lists cut to what follows
+ * (up to HOST_LIST_MAX hosts). 1: a new attempt is under way; 0: there is no
+ * next host; -1: the new attempt failed at once (connect_failed says why). */
 static int connect_next_host(sgw_pg *pg) {
     host_list hosts, addrs, ports;
     hosts.n = addrs.n = ports.n = 0;
     PQconninfoOption *opts = PQconninfo(pg->conn);
-    for (PQconninfoOption *o = opts; o && o->keyword; o++) {
+    if (!opts) return 0;
+    int nopts = 0;
+    for (PQconninfoOption *o = opts; o->keyword; o++, nopts++) {
         if (strcmp(o->keyword, "host") == 0) host_list_split(o->val, &hosts);
         else if (strcmp(o->keyword, "hostaddr") == 0) host_list_split(o->val, &addrs);
         else if (strcmp(o->keyword, "port") == 0) host_list_split(o->val, &ports);
     }
-    PQconninfoFree(opts);
     int n = hosts.n > addrs.n ? hosts.n : addrs.n;
-    const char *current = PQhost(pg->conn);
-    int at = -1;
-    for (int i = 0; i < n && at < 0 && current; i++) {
-        const char *name = i < hosts.n && *hosts.item[i] ? hosts.item[i] : i < addrs.n ? addrs.item[i] : "";
-        if (strcmp(name, current) == 0) at = i;
+    int at = current_host_entry(pg->conn, &hosts, &addrs, &ports);
+    const char **keys = calloc((size_t)nopts + 4, sizeof *keys), **vals = calloc((size_t)nopts + 4, sizeof *vals);
+    if (at < 0 || at + 1 >= n || !keys || !vals) {
+        free(keys);
+        free(vals);
+        PQconninfoFree(opts);
+        return 0;
     }
-    if (at < 0 || at + 1 >= n) return 0;
-    char host[1024], hostaddr[1024], port[1024];
-    host_list_rest(&hosts, at + 1, host, sizeof host);
-    host_list_rest(&addrs, at + 1, hostaddr, sizeof hostaddr);
-    host_list_rest(&ports, at + 1, port, sizeof port);
-    log_msg(LOG_WARN, "db_connect_failed", "timeout expired while connecting to %s (connect_timeout); trying the next host",
-            current);
-    static const char *const keys_after[] = { "host", "hostaddr", "port" };
-    const char *keys[sizeof CONNECT_KEYS / sizeof *CONNECT_KEYS + 3];
-    const char *vals[sizeof keys / sizeof *keys];
-    const char *base_vals[] = CONNECT_VALS(pg->conninfo);
-    size_t k = 0;
-    for (; CONNECT_KEYS[k]; k++) { keys[k] = CONNECT_KEYS[k]; vals[k] = base_vals[k]; }
-    const char *after[] = { host, hostaddr, port };
-    for (size_t j = 0; j < 3; j++) { keys[k] = keys_after[j]; vals[k] = after[j]; k++; }   /* "": not overridden */
-    keys[k] = vals[k] = NULL;
+    char rest[3][1024];
+    host_list_rest(&hosts, at + 1, rest[0], sizeof rest[0]);
+    host_list_rest(&addrs, at + 1, rest[1], sizeof rest[1]);
+    host_list_rest(&ports, at + 1, rest[2], sizeof rest[2]);
+    int k = 0;
+    for (PQconninfoOption *o = opts; o->keyword; o++) {
+        if (!o->val || !*o->val || strcmp(o->keyword, "host") == 0 || strcmp(o->keyword, "hostaddr") == 0 ||
+            strcmp(o->keyword, "port") == 0)
+            continue;
+        keys[k] = o->keyword;
+        vals[k++] = o->val;
+    }
+    static const char *const listed[] = { "host", "hostaddr", "port" };
+    for (int j = 0; j < 3; j++)
+        if (rest[j][0]) {
+            keys[k] = listed[j];
+            vals[k++] = rest[j];
+        }
+    log_msg(LOG_WARN, "db_connect_failed", "timeout expired while connecting to %s:%s (connect_timeout); trying the next host",
+            PQhost(pg->conn) ? PQhost(pg->conn) : "", PQport(pg->conn) ? PQport(pg->conn) : "");
+    PGconn *next = PQconnectStartParams(keys, vals, 0);
+    free(keys);
+    free(vals);
+    PQconninfoFree(opts);
     PQfinish(pg->conn);
-    pg->conn = PQconnectStartParams(keys, vals, 1);
-    if (!pg->conn || PQstatus(pg->conn) == CONNECTION_BAD) return 0;
+    pg->conn = next;
+    if (!next || PQstatus(next) == CONNECTION_BAD) {
+        connect_failed(pg, next ? PQerrorMessage(next) : "out of memory");
+        return -1;
+    }
     pg->connect_host[0] = 0;
     pg->connect_deadline = clock_mono_ms() + pg->connect_limit_ms;
     pg->connect_wants = PGRES_POLLING_WRITING;
     return 1;
 }
 
-/* Advances a connection under way once its socket is ready (revents). */
-static int connect_step(sgw_pg *pg, short revents) {
-    /* libpq moves on to the conninfo's next host by itself (a refusal, a
-     * read-only server): like its own connect_timeout, ours counts for each
-     * host. */
+/* libpq moves on to the conninfo's next host by itself (a refusal, a
+ * read-only server): like its own connect_timeout, ours counts for each
+ * host, from when it is first seen. */
+static void note_host(sgw_pg *pg) {
     char host[sizeof pg->connect_host];
     snprintf(host, sizeof host, "%s:%s", PQhost(pg->conn) ? PQhost(pg->conn) : "", PQport(pg->conn) ? PQport(pg->conn) : "");
     if (strcmp(host, pg->connect_host) != 0) {
         memcpy(pg->connect_host, host, sizeof host);
         if (pg->connect_limit_ms) pg->connect_deadline = clock_mono_ms() + pg->connect_limit_ms;
     }
+}
+
+/* Advances a connection under way once its socket is ready (revents). */
+static int connect_step(sgw_pg *pg, short revents) {
     if (!revents) return 0;
     PostgresPollingStatusType st = PQconnectPoll(pg->conn);
     if (st == PGRES_POLLING_OK) {
@@ -698,6 +738,7 @@ static int connect_step(sgw_pg *pg, short revents) {
         connect_failed(pg, PQerrorMessage(pg->conn));
     } else {
         pg->connect_wants = st;
+        note_host(pg);
         return 0;
     }
     pg->async_done = 1;          /* the caller resumes and sends (or fails) */
@@ -711,9 +752,11 @@ int pg_async_step(sgw_pg *pg, short revents) {
     if (pg->connecting) {
         /* A server that took the connection and never answers (or a SYN
          * that goes nowhere) would hold the caller for minutes. */
+        note_host(pg);
         if (pg->connect_deadline && clock_mono_ms() >= pg->connect_deadline) {
-            if (connect_next_host(pg)) return 0;
-            connect_failed(pg, "timeout expired while connecting (connect_timeout)");
+            int next = connect_next_host(pg);
+            if (next == 1) return 0;
+            if (next == 0) connect_failed(pg, "timeout expired while connecting (connect_timeout)");
             pg->async_done = 1;
             return 1;
         }

@@ -136,6 +136,9 @@ local function sync_target(adapter, account, row, deadline_ms)
     local page, err, usage = adapter.fetch_comments(ctx, cursor)
     usage = (page and page.usage) or usage or { app = 0, account = 0 }
     if not page then
+      -- Not sent (the job's lease): nothing was learnt, and no other call of
+      -- this run would go out either.
+      if err.lease then return "app" end
       log.warn("comment_sync_failed", { targetId = row.id, accountId = account.id, class = err.code,
         platformCode = err.platform_code, error = err.message })
       local target_only = TARGET_ERRORS[err.code]

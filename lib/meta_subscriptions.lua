@@ -114,6 +114,10 @@ end
 -- it). Returns "ok", "resubscribed" or "failed".
 function M.check(page_id, token)
   local fields, err = subscribed_fields(page_id, token)
+  if not fields and err.lease then
+    log.info("meta_subscription_check_deferred", { page = page_id, error = err.message })
+    return "failed"
+  end
   if not fields then
     -- Not knowing is no reason to say the subscription is gone: only the
     -- error is kept, for the next check to clear.

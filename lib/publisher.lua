@@ -196,8 +196,8 @@ local function record(row, outcome)
   local answer
   db.transaction(function()
     if not assert(db.query(STILL_OURS_SQL, row.id, row.attempts))[1] then
-      log.warn("publish_outcome_dropped", { targetId = row.id, attempt = row.attempts,
-        reason = "the target moved on while this run waited (its job's lease passed to another run)" })
+      log.warn("publish_outcome_dropped", { targetId = row.id, attempt = row.attempts, outcome = outcome.status,
+        reason = "the target is no longer in this run's attempt (another run took its job over, or it was cancelled)" })
       return
     end
     local status = outcome.status

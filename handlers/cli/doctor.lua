@@ -143,6 +143,20 @@ local function check_admin()
   return "ok", "admin.listen is reachable from the network, behind admin.token"
 end
 
+-- A job's outbound call must end before its lease can run out (docs/host-api.md,
+-- Jobs): the lease must cover a confirmation period (a third of it), a
+-- second's grace, and the longest call a job makes.
+local function check_job_lease()
+  local lease = config.get("jobs.lease_seconds")
+  local longest = math.max(config.get("meta.request_timeout_seconds"), require("webhooks").TIMEOUT_SECONDS)
+  local needed = 1.5 * (longest + 1)
+  if lease < needed then
+    return "warn", ("jobs.lease_seconds is %g, under 1.5 x (the longest call a job makes, %g s, + 1 s): while the database "
+      .. "does not answer, a job's calls stop early; set it to %g or more"):format(lease, longest, needed)
+  end
+  return "ok", ("jobs.lease_seconds (%g) outlasts a job's longest call (%g s) and its confirmation"):format(lease, longest)
+end
+
 local CHECKS = {
   { "config", function() return "ok", "settings loaded; files holding secrets are readable by their owner only" end },
   { "database", check_database },
@@ -152,6 +166,7 @@ local CHECKS = {
   { "meta", check_meta },
   { "graph-version", check_graph_version },
   { "admin", check_admin },
+  { "job-lease", check_job_lease },
 }
 
 local function run(flags, console)

@@ -9,7 +9,9 @@
 -- Meta (a time-out after sending): whatever it asked for may have happened.
 -- An answer, even an error, is definitive: sent is false. While Meta
 -- throttles the app or the token (platforms.graph_pause), no call is made:
--- the answer is that rate_limited error at once, with `paused = true`.
+-- the answer is that rate_limited error at once, with `paused = true`; so it
+-- is when the host does not send a job's call for its lease
+-- (platform_unavailable with `paused` and `lease`, graph_errors.from_failure).
 --
 -- Parameters go form-encoded in the body of a POST and in the query string
 -- otherwise; the token goes as the access_token parameter and is never logged.

@@ -230,8 +230,9 @@ function M.from_failure(message, kind)
   if kind == "lease" then
     -- The host sent nothing: the job's lease was not confirmed lately (the
     -- database?), and another instance could take the job during the call.
-    -- As in a pause, no call was made and no attempt is spent.
-    return { code = "platform_unavailable", paused = true, retry_after = M.LEASE_RETRY_SECONDS,
+    -- As in a pause, no call was made and no attempt is spent; `lease` says
+    -- that no other call of this run would go out either.
+    return { code = "platform_unavailable", paused = true, lease = true, retry_after = M.LEASE_RETRY_SECONDS,
       message = "No call made to the Graph API (" .. short(message) .. ")." }
   end
   local what = kind == "timeout" and "Graph API did not answer in time" or "Could not reach the Graph API"

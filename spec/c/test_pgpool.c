@@ -666,17 +666,27 @@ static void test_connect_next_host(const char *url) {
         else if (strcmp(o->keyword, "dbname") == 0) dbname = v;
         else if (strcmp(o->keyword, "user") == 0) user = v;
     }
-    char multi[512];
-    snprintf(multi, sizeof multi, "host=127.0.0.1,%s port=%d,%s dbname=%s user=%s connect_timeout=1", host, port,
+    /* As settings, as a URL, and with the silent host twice (two restarts). */
+    char multi[3][512];
+    snprintf(multi[0], sizeof multi[0], "host=127.0.0.1,%s port=%d,%s dbname=%s user=%s connect_timeout=1", host, port,
              db_port, dbname, user);
+    snprintf(multi[1], sizeof multi[1], "postgresql://%s@127.0.0.1:%d,%s:%s/%s?connect_timeout=1", user, port, host,
+             db_port, dbname);
+    snprintf(multi[2], sizeof multi[2], "host=127.0.0.1,127.0.0.1,%s port=%d,%d,%s dbname=%s user=%s connect_timeout=1",
+             host, port, port, db_port, dbname, user);
     PQconninfoFree(opts);
-    sgw_worker w;
-    worker_open(&w, 10, multi, 1);
-    run_one(&w,
-            "local r, e = db.query('SELECT 1 AS one')\n"
-            "check(r and r[1] and r[1].one == 1,\n"
-            "      'a first host that never answers is left for the next one at connect_timeout: ' .. tostring(e))\n");
-    worker_close(&w);
+    for (int i = 0; i < 3; i++) {
+        sgw_worker w;
+        worker_open(&w, 10 + i, multi[i], 1);
+        char chunk[1024];
+        snprintf(chunk, sizeof chunk,
+                 "local r, e = db.query('SELECT 1 AS one')\n"
+                 "check(r and r[1] and r[1].one == 1,\n"
+                 "      'the hosts that never answer are left for the next one at connect_timeout (%s): ' .. tostring(e))\n",
+                 i == 0 ? "settings" : i == 1 ? "URL" : "twice");
+        run_one(&w, chunk);
+        worker_close(&w);
+    }
     close(fd);
 }
 

@@ -288,9 +288,16 @@ describe("deploy", function()
       local status = {}
       for _, c in ipairs(report.checks) do status[c.name] = c.status end
       assert.are.same({ config = "ok", database = "ok", redis = "fail", ["encryption-key"] = "fail",
-        ["public-url"] = "fail", meta = "ok", ["graph-version"] = "ok", admin = "ok" }, status)
+        ["public-url"] = "fail", meta = "ok", ["graph-version"] = "ok", admin = "ok", ["job-lease"] = "ok" }, status)
       assert.is_nil(out:find("doctor-secret-value", 1, true))
       assert.is_nil(out:find("doctor-verify-value", 1, true))
+    end)
+
+    it("warns of a job lease too short for the calls jobs make", function()
+      local code, out = doctor(with { ["jobs.lease_seconds"] = 30 })
+      assert.are.equal(0, code, out)
+      assert.matches("warn  job%-lease%s+jobs.lease_seconds is 30, under 1.5 x %(the longest call a job makes, 30 s, %+ 1 s%)", out)
+      assert.truthy(out:find("set it to 46.5 or more", 1, true), out)
     end)
 
     it("says a database without the schema needs sgw migrate", function()

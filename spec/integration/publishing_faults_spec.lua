@@ -125,14 +125,16 @@ describe("publishing faults", function()
     end, 20, 0.02, "the POST on its way")
     local post = body.resource.postId
     stack.psql(sgw.database_url, ([[
-      UPDATE jobs SET locked_by = 'another-instance' WHERE kind = 'publish_target'
-         AND payload->>'targetId' IN (SELECT id FROM post_targets WHERE post_id = '%s');
+      UPDATE jobs SET locked_by = 'another-instance', locked_until = now() + interval '60 seconds'
+       WHERE kind = 'publish_target' AND payload->>'targetId' IN (SELECT id FROM post_targets WHERE post_id = '%s');
       UPDATE post_targets SET attempts = attempts + 1 WHERE post_id = '%s']]):format(post, post))
     stack.eventually(function() return sgw:log():find('"publish_outcome_dropped"', 1, true) end, 20, 0.05,
       "the first run to drop its outcome")
     assert.are.equal("publishing|2", stack.psql(sgw.database_url,
       ("SELECT status || '|' || attempts FROM post_targets WHERE post_id = '%s'"):format(post)))
-    -- Once that lease runs out too, the job runs again and publishes, once.
+    -- Once the other run's lease runs out, the job runs again and publishes, once.
+    stack.psql(sgw.database_url, ([[UPDATE jobs SET locked_until = now() - interval '1 second' WHERE kind = 'publish_target'
+       AND payload->>'targetId' IN (SELECT id FROM post_targets WHERE post_id = '%s')]]):format(post))
     assert.are.equal("succeeded", t.wait(body.operationId).status)
     assert.are.equal(1, times_published(fake, t.page.id, message))
   end)
