@@ -6,14 +6,17 @@ local meta_webhooks = require "meta_webhooks"
 local comments = require "comments"
 local partitions = require "partitions"
 
--- The accounts standing for a Page or Instagram user, asked once per delivery.
+-- The connected accounts standing for a Page or Instagram user, asked once
+-- per delivery. A disconnected one takes nothing more in: its company let it
+-- go (or Meta said its user removed the app or asked for deletion), while the
+-- Page may stay subscribed to the app for another company's account.
 local function account_lookup()
   local cache = {}
   return function(platform, platform_account_id)
     local key = platform .. ":" .. platform_account_id
     if not cache[key] then
       local rows = assert(db.query([[SELECT id FROM social_accounts WHERE platform = $1 AND platform_account_id = $2
-          ORDER BY id]], platform, platform_account_id))
+          AND status <> 'disconnected' ORDER BY id]], platform, platform_account_id))
       local ids = {}
       for i, r in ipairs(rows) do ids[i] = r.id end
       cache[key] = ids

@@ -390,6 +390,17 @@ describe("comments", function()
         sql("SELECT error FROM meta_webhook_deliveries WHERE error IS NOT NULL ORDER BY id DESC LIMIT 1"))
     end)
 
+    it("takes nothing in for a disconnected account", function()
+      local before = count("SELECT count(*) FROM comments")
+      sql("UPDATE social_accounts SET status = 'disconnected', disconnected_at = now() WHERE id = '" .. fb.id .. "'")
+      local ok, err = pcall(ingest, page({ fb_change("add", fb_comment_id(), T0, { message = "after the disconnect" }) }))
+      sql("UPDATE social_accounts SET status = 'active', disconnected_at = NULL WHERE id = '" .. fb.id .. "'")
+      assert(ok, err)
+      assert.are.equal(before, count("SELECT count(*) FROM comments"))
+      assert.are.equal("no connected account for " .. fb.platformAccountId,
+        sql("SELECT result->'skipped'->0->>'reason' FROM meta_webhook_deliveries ORDER BY id DESC LIMIT 1"))
+    end)
+
     it("takes a batch of 100 changes in one delivery", function()
       local changes, ids = {}, {}
       for i = 1, 100 do
