@@ -34,7 +34,15 @@ return web.page(function(w)
       "Facebook gave access to no Page. Connect again and, in the Facebook dialog, select the Pages you manage "
       .. "(and their Instagram accounts) that should publish through sgw.", BACK, BACK_LABEL)
   end
+  -- Meta's deauthorize and data-deletion callbacks name the person who
+  -- connected a Page: without it, a reconnected Page would keep whoever
+  -- connected it before, and this person's callbacks would miss it.
   local fb_user = facebook.user_id(token)
+  if not fb_user then
+    return w:fail(502, "Facebook did not complete the connection",
+      "Facebook gave the Pages but did not say who is connecting them. Try again; nothing was connected.",
+      BACK, BACK_LABEL)
+  end
   for _, p in ipairs(pages) do p.fb_user = fb_user end
   local held, herr = facebook.hold(q.state, pages)
   if not held then

@@ -417,6 +417,14 @@ describe("the workspace", function()
     assert.matches("Error validating client secret", text("#error"))
     assert.matches("/workspace/facebook/callback is a valid OAuth redirect URI", text("#error"))
     shot("facebook-failed")
+
+    -- Facebook gives the Pages but not who is connecting them (GET /me fails).
+    fake:fail({ match = { path = "/me" }, error = { code = 2, message = "Service temporarily unavailable" } })
+    page("/workspace/connections?env=live")
+    b:click("#connect-facebook")
+    b:wait_for("#error")
+    assert.matches("Facebook did not complete the connection", text("#error"))
+    assert.matches("did not say who is connecting them", text("#error"))
     fake:config({ oauth_auto = "none" })
   end)
 
