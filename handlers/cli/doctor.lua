@@ -157,6 +157,17 @@ local function check_job_lease()
   return "ok", ("jobs.lease_seconds (%g) outlasts a job's longest call (%g s) and its confirmation"):format(lease, longest)
 end
 
+-- Served as https, sgw is behind a TLS proxy (it speaks plain HTTP): without
+-- http.trusted_proxies every request seems to come from the proxy, and one
+-- address's limits (anonymous requests, workspace sign-ins) are everyone's.
+local function check_client_address()
+  local public = setting("public_base_url") or ""
+  if not public:match("^https://") then return "ok", "public_base_url is not https: no TLS proxy expected in front" end
+  if setting("http.trusted_proxies") then return "ok", "http.trusted_proxies names the proxies that may name the client" end
+  return "warn", "public_base_url is https, so a TLS proxy is in front, and http.trusted_proxies is empty: every "
+    .. "client seems to be the proxy and shares its per-address limits; set it to the proxy's address"
+end
+
 local CHECKS = {
   { "config", function() return "ok", "settings loaded; files holding secrets are readable by their owner only" end },
   { "database", check_database },
@@ -167,6 +178,7 @@ local CHECKS = {
   { "graph-version", check_graph_version },
   { "admin", check_admin },
   { "job-lease", check_job_lease },
+  { "client-address", check_client_address },
 }
 
 local function run(flags, console)

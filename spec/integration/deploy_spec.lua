@@ -38,6 +38,7 @@ local SGW = stack.build_dir() .. "/sgw"
 local GOOD = {
   ["crypto.encryption_key"] = stack.ENCRYPTION_KEY,
   ["public_base_url"] = "https://sgw.example.com",
+  ["http.trusted_proxies"] = "127.0.0.1",
   ["meta.app_id"] = "1234",
   ["meta.app_secret"] = "doctor-secret-value",
   ["meta.webhook_verify_token"] = "doctor-verify-value",
@@ -288,9 +289,19 @@ describe("deploy", function()
       local status = {}
       for _, c in ipairs(report.checks) do status[c.name] = c.status end
       assert.are.same({ config = "ok", database = "ok", redis = "fail", ["encryption-key"] = "fail",
-        ["public-url"] = "fail", meta = "ok", ["graph-version"] = "ok", admin = "ok", ["job-lease"] = "ok" }, status)
+        ["public-url"] = "fail", meta = "ok", ["graph-version"] = "ok", admin = "ok", ["job-lease"] = "ok",
+        ["client-address"] = "ok" }, status)
       assert.is_nil(out:find("doctor-secret-value", 1, true))
       assert.is_nil(out:find("doctor-verify-value", 1, true))
+    end)
+
+    it("warns when a TLS proxy is in front and may not name the client", function()
+      local code, out = doctor(with { ["public_base_url"] = "https://sgw.example.com", ["http.trusted_proxies"] = "" })
+      assert.are.equal(0, code, out)
+      assert.matches("warn  client%-address%s+public_base_url is https, so a TLS proxy is in front, and "
+        .. "http.trusted_proxies is empty", out)
+      code, out = doctor(with { ["public_base_url"] = "https://sgw.example.com", ["http.trusted_proxies"] = "10.0.0.5" })
+      assert.matches("ok    client%-address%s+http.trusted_proxies names the proxies", out)
     end)
 
     it("warns of a job lease too short for the calls jobs make", function()
