@@ -545,6 +545,7 @@ static const command commands[] = {
     { "user", "create workspace users", NULL, cmd_lua },
     { "meta", "subscribe the Meta app to its webhooks", NULL, cmd_lua },
     { "sandbox", "add sandbox test pages", NULL, cmd_lua },
+    { "jobs", "list dead jobs and run them again", NULL, cmd_lua },
 };
 
 static const command *find_command(const char *name) {

@@ -7,6 +7,7 @@
 -- job_selftest_results; the URLs point at slow_server (spec/support), which
 -- answers after a delay and reports the most requests it held at once.
 local stack = require("stack")
+local cjson = require("cjson")
 
 local q = stack.shell_quote
 
@@ -142,6 +143,29 @@ describe("job runner", function()
     assert.truthy(err:find("unknown job kind", 1, true), err)
     assert.equal("1", stack.psql(db, "SELECT attempts FROM jobs WHERE kind = 'no_such_kind'"))
     assert.truthy(sgw.log():find('"job_dead"', 1, true))
+
+    -- The operator lists them, fixes the cause (here: the payload that
+    -- asked to fail) and runs one kind again, with a fresh count of attempts.
+    local function command(argv)
+      local code, out = sgw:command(argv)
+      assert.equal(0, code, out)
+      return assert(cjson.decode(out:match("{.*}")), out)
+    end
+    local dead = command { "jobs", "dead" }.jobs
+    assert.equal(2, #dead)
+    assert.same({ "no_such_kind", "selftest_fetch" }, { dead[1].kind, dead[2].kind })
+    assert.truthy(dead[1].lastError:find("unknown job kind", 1, true), dead[1].lastError)
+    assert.truthy(dead[2].lastError:find("selftest failure requested", 1, true), dead[2].lastError)
+    assert.equal(3, dead[2].attempts)
+    stack.psql(db, "UPDATE jobs SET payload = jsonb_build_object('url', '" .. slow.url .. "/fetch') WHERE kind = 'selftest_fetch'")
+    local requeued = command { "jobs", "retry", "--kind", "selftest_fetch" }.requeued
+    assert.same({ dead[2].id }, requeued)
+    stack.eventually(function()
+      return stack.psql(db, "SELECT count(*) FROM jobs WHERE kind = 'selftest_fetch'") == "0"
+    end, 20, 0.1, "the job run again to completion" .. log_tail(sgw))
+    assert.equal("1,2,3,1", stack.psql(db, "SELECT string_agg(attempt::text, ',' ORDER BY created_at) FROM job_selftest_results"))
+    assert.same({ dead[1].id }, { command { "jobs", "dead" }.jobs[1].id })
+    assert.same({}, command { "jobs", "retry", "--id", tostring(dead[2].id) }.requeued)
     assert.equal(0, sgw.stop())
   end)
 
