@@ -221,7 +221,7 @@ describe("deploy", function()
       end
       local commands = names(top:match("commands:\n(.-)\n\n"))
       assert.are.same({ "serve", "migrate", "reload", "check", "version", "doctor", "company", "client",
-        "account", "user", "meta", "sandbox" }, commands)
+        "account", "user", "meta", "sandbox", "jobs" }, commands)
       local subcommands = 0
       for _, name in ipairs(commands) do
         local text = help(name .. " --help")
@@ -238,7 +238,7 @@ describe("deploy", function()
         end
         if text:match("subcommands") then refuses(name .. " no-such-subcommand") end
       end
-      assert.are.equal(9, subcommands) -- company 1, client 4, account, user, meta, sandbox 1 each
+      assert.are.equal(11, subcommands) -- company 1, client 4, account, user, meta, sandbox 1 each, jobs 2
     end)
 
     it("refuses an unknown command or option in one line", function()
