@@ -7,6 +7,10 @@
 -- the workers is delivered at that commit too.
 local M = {}
 
+-- How long a job waits after an outbound call the host did not send for its
+-- lease (http.request's "lease": the database has not confirmed it lately).
+M.LEASE_RETRY_SECONDS = 5
+
 -- The kind and options checked; returns the delay in seconds and
 -- max_attempts. Errors name the caller of enqueue/enqueue_many (level 3).
 local function settings(name, kind, opts)

@@ -12,9 +12,6 @@ local M = {}
 
 -- Any 2xx within this many seconds is success (CONTRACT 7).
 M.TIMEOUT_SECONDS = 10
--- How long a delivery waits when the host did not send it (its job's lease
--- was not confirmed lately: the database is likely unreachable).
-M.LEASE_RETRY_SECONDS = 5
 
 -- The delivery body. Built by hand so that the envelope's fields come in a
 -- fixed order; `data_json` is the event's data, already encoded.
@@ -157,7 +154,7 @@ function M.deliver(event_id, attempt, created_second)
     -- Not sent (the job's lease was not confirmed lately): no attempt to record.
     fields.detail = err
     log.warn("webhook_delivery_deferred", fields)
-    return { retry_in = M.LEASE_RETRY_SECONDS, attempt = false }
+    return { retry_in = jobs.LEASE_RETRY_SECONDS, attempt = false }
   end
   local r = { status_code = res and res.status, error = M.failure_reason(res, kind),
     duration_ms = math.floor(clock.mono_ms() - started) }

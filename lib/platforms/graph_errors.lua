@@ -15,6 +15,8 @@
 -- invalid_request.
 local json = require "json"
 
+local jobs = require "jobs"
+
 local M = {}
 
 -- Seconds to wait on a rate limit when Meta does not say how long.
@@ -222,9 +224,6 @@ function M.from_response(res)
   return out
 end
 
--- How long a job waits after a call the host did not send for its lease.
-M.LEASE_RETRY_SECONDS = 5
-
 -- From a failed http.request (message, kind): nothing usable came back.
 function M.from_failure(message, kind)
   if kind == "lease" then
@@ -232,7 +231,7 @@ function M.from_failure(message, kind)
     -- database?), and another instance could take the job during the call.
     -- As in a pause, no call was made and no attempt is spent; `lease` says
     -- that no other call of this run would go out either.
-    return { code = "platform_unavailable", paused = true, lease = true, retry_after = M.LEASE_RETRY_SECONDS,
+    return { code = "platform_unavailable", paused = true, lease = true, retry_after = jobs.LEASE_RETRY_SECONDS,
       message = "No call made to the Graph API (" .. short(message) .. ")." }
   end
   local what = kind == "timeout" and "Graph API did not answer in time" or "Could not reach the Graph API"

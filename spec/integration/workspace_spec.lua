@@ -407,24 +407,23 @@ describe("the workspace", function()
     b:wait_for("#error")
     assert.matches("no longer valid", text("#error"))
 
-    -- Facebook refuses the code exchange (e.g. a wrong meta.app_secret).
+    -- A connection through the dialog while one Graph call fails: the error shown.
+    local function connect_failing(path, code, message)
+      fake:fail({ match = { path = path }, error = { code = code, message = message } })
+      page("/workspace/connections?env=live")
+      b:click("#connect-facebook")
+      b:wait_for("#error")
+      assert.matches("Facebook did not complete the connection", text("#error"))
+      return text("#error")
+    end
     fake:config({ oauth_auto = "approve" })
-    fake:fail({ match = { path = "/oauth/access_token" }, error = { code = 1, message = "Error validating client secret." } })
-    page("/workspace/connections?env=live")
-    b:click("#connect-facebook")
-    b:wait_for("#error")
-    assert.matches("Facebook did not complete the connection", text("#error"))
-    assert.matches("Error validating client secret", text("#error"))
-    assert.matches("/workspace/facebook/callback is a valid OAuth redirect URI", text("#error"))
+    -- Facebook refuses the code exchange (e.g. a wrong meta.app_secret).
+    local shown = connect_failing("/oauth/access_token", 1, "Error validating client secret.")
+    assert.matches("Error validating client secret", shown)
+    assert.matches("/workspace/facebook/callback is a valid OAuth redirect URI", shown)
     shot("facebook-failed")
-
     -- Facebook gives the Pages but not who is connecting them (GET /me fails).
-    fake:fail({ match = { path = "/me" }, error = { code = 2, message = "Service temporarily unavailable" } })
-    page("/workspace/connections?env=live")
-    b:click("#connect-facebook")
-    b:wait_for("#error")
-    assert.matches("Facebook did not complete the connection", text("#error"))
-    assert.matches("did not say who is connecting them", text("#error"))
+    assert.matches("did not say who is connecting them", connect_failing("/me", 2, "Service temporarily unavailable"))
     fake:config({ oauth_auto = "none" })
   end)
 
