@@ -11,7 +11,12 @@
 -- request. They also publish the change (redis.invalidate), which every
 -- instance's host counts: a worker that sees the count move drops the cache
 -- too. That is what guards requests served from a rate-limit block, which do
--- not go to Redis (lib/ratelimit.lua).
+-- not go to Redis (lib/ratelimit.lua). The change's transaction also
+-- enqueues an announce_credential_change job, which bumps the counter again
+-- until Redis takes it: a bump that found Redis unreachable would otherwise
+-- leave instances that still reach it serving the changed credential from
+-- their caches.
+local jobs = require "jobs"
 local scopes = require "scopes"
 local secrets = require "secrets"
 local ratelimit = require "ratelimit"
@@ -290,7 +295,7 @@ end
 
 -- Tells every instance to forget cached credentials (after a rotation or a
 -- revocation). Returns true, or false when Redis could not be told (then
--- caches expire after api.credential_cache_seconds).
+-- the change's announce_credential_change job tries again).
 function M.bump_epoch()
   if not redis then return false end
   local n = redis.call("INCR", EPOCH_SOURCE)
@@ -301,6 +306,12 @@ function M.bump_epoch()
   -- request: they hear of the change through the host's subscription.
   if redis.invalidate then redis.invalidate() end
   return n ~= nil
+end
+
+-- Enqueues, in the caller's transaction, the job that bumps the epoch
+-- until Redis takes it (handlers/jobs/announce_credential_change.lua).
+function M.announce_change()
+  assert(jobs.enqueue("announce_credential_change", { changed_at = clock.now() }))
 end
 
 -- ----------------------------------------------------------- management
@@ -364,6 +375,7 @@ function M.rotate_key(client_id)
       client_id, grace_ends))
     assert(db.exec([[INSERT INTO api_keys (client_id, company_id, environment, key_hash, key_prefix)
         VALUES ($1, $2, $3, $4, $5)]], client_id, c.company_id, c.environment, M.hash(api_key), M.prefix_of(api_key)))
+    M.announce_change()
   end)
   if not ok then return nil, tostring(err) end
   M.bump_epoch()
@@ -378,6 +390,7 @@ function M.revoke_client(client_id)
     revoked = rows[1] ~= nil
     assert(db.exec("UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE client_id = $1", client_id))
     assert(db.exec("DELETE FROM access_tokens WHERE client_id = $1", client_id))
+    if revoked then M.announce_change() end
   end)
   if not ok then return nil, tostring(err) end
   if not revoked then return nil, "no client " .. client_id end

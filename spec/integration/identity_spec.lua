@@ -321,6 +321,28 @@ describe("identity", function()
       assert.are.equal("invalid_client", cjson.decode(body).error)
     end)
 
+    it("revokes on every instance when the revoking command cannot reach Redis", function()
+      local c = cli(a, { "client", "create", "--company", company_b, "--environment", "test", "--scopes", "accounts:read" })
+      local function status(inst)
+        return (inst:request("GET", "/api/v1/social-accounts", { headers = { ["X-Api-Key"] = c.apiKey } }))
+      end
+      for _ = 1, 3 do
+        for _, inst in ipairs { a, b } do assert.are.equal(200, status(inst)) end
+      end
+      -- The command's own bump of the epoch finds no Redis; the job its
+      -- transaction enqueued, run by an instance that reaches Redis, tells
+      -- every instance (their caches would keep the key for 600 s).
+      local code, out = a:command({ "client", "revoke", "--client", c.clientId },
+        { "--set", "redis.url=redis://127.0.0.1:" .. stack.free_port() })
+      assert.are.equal(0, code, out)
+      for _, inst in ipairs { a, b } do
+        stack.eventually(function() return status(inst) == 401 end, 15, 0.05, "the revoked key to be refused")
+        for _ = 1, 4 do
+          refused_401(inst:request("GET", "/api/v1/social-accounts", { headers = { ["X-Api-Key"] = c.apiKey } }))
+        end
+      end
+    end)
+
     it("revokes at once a busy client whose requests are counted in rate-limit blocks", function()
       -- A limit this large lets workers take blocks of requests from Redis
       -- and serve from them without asking Redis each time.

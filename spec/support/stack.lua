@@ -576,9 +576,11 @@ end
 
 --- Runs another sgw command (e.g. {"company", "create", "--name", "X"}) with
 --- this instance's flags; returns exit code, output.
-function Instance:command(argv)
+-- Runs `sgw <argv>` with the instance's settings; `overrides` (optional,
+-- e.g. { "--set", "redis.url=..." }) come after them, so they win.
+function Instance:command(argv, overrides)
   return M.sh("cd " .. q(self.root) .. " && " .. env_prefix(self.env) .. q(self.binary)
-    .. " " .. command_line(argv) .. " " .. command_line(self.args))
+    .. " " .. command_line(argv) .. " " .. command_line(self.args) .. " " .. command_line(overrides or {}))
 end
 
 --- The whole log (stdout and stderr) so far.
