@@ -410,10 +410,17 @@ static int denied_v6(const unsigned char *a) {
     if (memcmp(a, zero, 12) == 0 || memcmp(a, mapped, 12) == 0 || memcmp(a, nat64, 12) == 0)
         return denied_v4(a + 12);                       /* ::/96 (:: and ::1 too), ::ffff:0:0/96, 64:ff9b::/96 */
     if (a[0] == 0x20 && a[1] == 0x02) return denied_v4(a + 2); /* 2002::/16 6to4 */
+    static const unsigned char discard[8] = { 0x01, 0, 0, 0, 0, 0, 0, 0 };
+    static const unsigned char nat64_local[6] = { 0, 0x64, 0xff, 0x9b, 0, 0x01 };
     return (a[0] & 0xfe) == 0xfc                        /* fc00::/7 unique local */
         || (a[0] == 0xfe && (a[1] & 0x80) == 0x80)      /* fe80::/10 link-local, fec0::/10 old site-local */
         || a[0] == 0xff                                 /* ff00::/8 multicast */
-        || (a[0] == 0x20 && a[1] == 0x01 && a[2] == 0x0d && a[3] == 0xb8); /* 2001:db8::/32 documentation */
+        || memcmp(a, discard, 8) == 0                   /* 100::/64 discard-only */
+        || memcmp(a, nat64_local, 6) == 0               /* 64:ff9b:1::/48 local-use translation */
+        || (a[0] == 0x20 && a[1] == 0x01 && a[2] < 0x02) /* 2001::/23 IETF protocol assignments (Teredo, benchmarking, ORCHID) */
+        || (a[0] == 0x20 && a[1] == 0x01 && a[2] == 0x0d && a[3] == 0xb8) /* 2001:db8::/32 documentation */
+        || (a[0] == 0x3f && a[1] == 0xff && (a[2] & 0xf0) == 0) /* 3fff::/20 documentation */
+        || (a[0] == 0x5f && a[1] == 0x00);              /* 5f00::/16 segment routing (SRv6) SIDs */
 }
 
 int httpc_address_denied(const char *ip) {
