@@ -1,7 +1,12 @@
 -- Workspace sessions and CSRF tokens.
 --
--- One cookie, HttpOnly and SameSite=Lax (Secure when public_base_url is
--- https), carries a random token. Signed in, the token names a session row,
+-- One cookie, HttpOnly and SameSite=Lax, carries a random token. When
+-- public_base_url is https it is a __Host- cookie (Secure, Path=/, no
+-- Domain): a neighbouring subdomain cannot plant one, which matters because
+-- whoever plants a token can compute its CSRF token (below) and sign the
+-- browser into an account of theirs. Over plain http (development) the
+-- browser would refuse that prefix, so the cookie is sgw_workspace on
+-- /workspace. Signed in, the token names a session row,
 -- stored by its SHA-256 only; before that (the sign-in and sign-up forms) it
 -- is just a random value. Either way the CSRF token of the forms is an HMAC
 -- of the cookie's token: it is tied to that browser's session, changes when
@@ -10,6 +15,7 @@
 local M = {}
 
 M.COOKIE = "sgw_workspace"
+M.SECURE_COOKIE = "__Host-sgw_workspace"
 local TOKEN_LENGTH = 43 -- base62: about 256 bits
 
 local function hash(token)
@@ -20,15 +26,24 @@ function M.new_token()
   return crypto.random_token(TOKEN_LENGTH)
 end
 
+local function secure()
+  return (config.get("public_base_url") or ""):match("^https://") ~= nil
+end
+
+local function cookie_name()
+  return secure() and M.SECURE_COOKIE or M.COOKIE
+end
+
 -- The token the browser sent, or nil.
 function M.cookie_token(req)
   local header = req.headers["cookie"]
   if not header then return nil end
+  local wanted = cookie_name()
   -- Pair by pair, each read from its start only: one pattern over the
   -- whole header tried at every byte took seconds for 16 KB without '='.
   for pair in (header .. ";"):gmatch("([^;]*);") do
     local name, value = pair:match("^%s*([^=%s]+)=(.*)$")
-    if name == M.COOKIE and #value == TOKEN_LENGTH and value:match("^%w+$") then return value end
+    if name == wanted and #value == TOKEN_LENGTH and value:match("^%w+$") then return value end
   end
   return nil
 end
@@ -43,19 +58,17 @@ function M.csrf_ok(token, submitted)
   return crypto.constant_eq(M.csrf_for(token), submitted)
 end
 
-local function secure()
-  return (config.get("public_base_url") or ""):match("^https://") ~= nil
-end
-
 -- Set-Cookie for a token (nil: delete the cookie).
 function M.cookie(token)
-  local parts = { M.COOKIE .. "=" .. (token or ""), "Path=/workspace", "HttpOnly", "SameSite=Lax" }
+  local https = secure()
+  local parts = { cookie_name() .. "=" .. (token or ""), https and "Path=/" or "Path=/workspace", "HttpOnly",
+    "SameSite=Lax" }
   if token then
     parts[#parts + 1] = "Max-Age=" .. math.floor(config.get("workspace.session_hours") * 3600)
   else
     parts[#parts + 1] = "Max-Age=0"
   end
-  if secure() then parts[#parts + 1] = "Secure" end
+  if https then parts[#parts + 1] = "Secure" end
   return table.concat(parts, "; ")
 end
 
