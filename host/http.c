@@ -13,9 +13,9 @@
  *
  * Before a byte of body is read, a request must earn the memory its body
  * will take: an authenticated route without a credential of the right shape
- * is answered 401 at once, and every body holds its share of a process-wide
- * budget (http.max_inflight_body_bytes, 503 beyond it) and must arrive
- * within http.body_timeout_seconds of the headers.
+ * is answered 401 at once, and every body holds its part of a process-wide
+ * budget and of its address's share of it (body_budget.c; 503 beyond
+ * either) and must arrive within http.body_timeout_seconds of the headers.
  */
 #include "sgw.h"
 
@@ -42,31 +42,20 @@ static atomic_int         quiescing;        /* http_quiesce was called */
 static size_t             max_header_bytes;
 static size_t             max_body_bytes;   /* http.max_body_bytes: routes without their own */
 static int                log_requests;
-static unsigned long long max_inflight_body; /* http.max_inflight_body_bytes; 0: no budget */
-static atomic_ullong      inflight_body;    /* bytes of body reserved by requests */
 static unsigned           idle_timeout;     /* http.connection_timeout_seconds */
 static uint64_t           body_timeout_ms;  /* http.body_timeout_seconds */
 
 int http_inflight(void) { return atomic_load(&inflight); }
-unsigned long long http_inflight_body_bytes(void) { return atomic_load(&inflight_body); }
+unsigned long long http_inflight_body_bytes(void) { return body_budget_held(); }
 
 /* Makes req hold `total` bytes of the body budget; -1 (holding what it held)
- * when that would pass the budget. */
+ * when that would pass the budget or its address's share. */
 static int body_reserve(sgw_request *req, size_t total) {
-    if (total <= req->body_reserved) return 0;
-    unsigned long long more = total - req->body_reserved;
-    unsigned long long now = atomic_fetch_add(&inflight_body, more) + more;
-    if (max_inflight_body && now > max_inflight_body) {
-        atomic_fetch_sub(&inflight_body, more);
-        return -1;
-    }
-    req->body_reserved = total;
-    return 0;
+    return body_budget_reserve(&req->body_held, req->remote_addr, total) ? -1 : 0;
 }
 
 static void body_release(sgw_request *req) {
-    atomic_fetch_sub(&inflight_body, (unsigned long long)req->body_reserved);
-    req->body_reserved = 0;
+    body_budget_release(&req->body_held, req->remote_addr);
 }
 
 int http_parse_listen(const char *s, struct sockaddr_storage *out, unsigned int *len) {
@@ -537,7 +526,12 @@ int http_start(void) {
     }
     max_header_bytes = (size_t)config_int("http.max_header_bytes");
     max_body_bytes = (size_t)config_int("http.max_body_bytes");
-    max_inflight_body = (unsigned long long)config_int("http.max_inflight_body_bytes");
+    if (body_budget_configure((unsigned long long)config_int("http.max_inflight_body_bytes"),
+                              (unsigned long long)config_int("http.max_inflight_body_bytes_per_address"),
+                              (size_t)config_int("http.max_connections"))) {
+        log_msg(LOG_ERROR, "http", "out of memory for the body budget's address table");
+        return -1;
+    }
     idle_timeout = (unsigned)config_int("http.connection_timeout_seconds");
     body_timeout_ms = (uint64_t)config_int("http.body_timeout_seconds") * 1000;
     char err[256];

@@ -524,6 +524,12 @@ void budget_coroutines(lua_State *L);
  * workers. */
 typedef struct sgw_kv { char *name; char *value; } sgw_kv;
 
+/* What one request's body holds of the body budget (body_budget.c). */
+typedef struct body_hold {
+    unsigned long long total;    /* of http.max_inflight_body_bytes */
+    unsigned long long shared;   /* of its address's share (0 when outside the shares) */
+} body_hold;
+
 typedef struct sgw_request {
     char        id[40];          /* req_... */
     uint64_t    start_ms;
@@ -538,7 +544,7 @@ typedef struct sgw_request {
     unsigned    timeout_set;     /* connection time-out in force while reading (s) */
     char        remote_addr[64]; /* the client: the peer, or whom a trusted proxy names */
     char        peer_addr[64];   /* the socket peer */
-    size_t      body_reserved;   /* bytes of http.max_inflight_body_bytes held */
+    body_hold   body_held;       /* of the body budget */
     uint64_t    body_deadline_ms;/* monotonic; http.body_timeout_seconds after the headers */
     uint64_t    gen_id;          /* generation the match was made in */
     sgw_match   match;
@@ -576,6 +582,19 @@ unsigned long long http_inflight_body_bytes(void);  /* held of http.max_inflight
 void http_stop(void);
 /* Called by a worker when req->status/resp_* are filled. */
 void http_complete(sgw_request *req);
+
+/* ----------------------------------------------------------- body_budget.c
+ * Bytes of request bodies held while they arrive: a process-wide budget and
+ * a share per client address (IPv6 by /64). */
+enum { BODY_BUDGET_FULL = 1, BODY_BUDGET_ADDRESS = 2 };
+/* total, share: 0 for none; addresses: how many may hold at once (sizes the
+ * table; 0: unknown). -1 when the table cannot be had. */
+int  body_budget_configure(unsigned long long total, unsigned long long share, size_t addresses);
+/* Makes h hold `total` bytes for addr: 0, or BODY_BUDGET_FULL /
+ * BODY_BUDGET_ADDRESS (h unchanged). */
+int  body_budget_reserve(body_hold *h, const char *addr, unsigned long long total);
+void body_budget_release(body_hold *h, const char *addr);
+unsigned long long body_budget_held(void);
 
 /* ----------------------------------------------------------------- proxy.c
  * The client address behind trusted proxies (http.trusted_proxies). */

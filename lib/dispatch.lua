@@ -37,7 +37,7 @@ end
 -- Refusals the host decided, some before reading the body: a route that
 -- needs a credential and was sent none of the right shape (the host checks
 -- the shape of lib/auth.lua and lib/credentials.lua), and a body that would
--- pass http.max_inflight_body_bytes.
+-- pass http.max_inflight_body_bytes or its address's share of it.
 local early = {
   [401] = { "unauthenticated", function() return auth.REFUSAL end, { ["WWW-Authenticate"] = "Bearer" } },
   [503] = { "service_unavailable", function()

@@ -1,6 +1,7 @@
 -- The edge against the real stack: what an unauthenticated or slow caller
 -- can make the process hold (401 before the body, the in-flight body budget,
--- the whole-body time limit), the client address behind trusted proxies,
+-- the whole-body time limit, each address's share of that budget), the
+-- client address behind trusted proxies,
 -- token requests limited per client_id, and the admin listener's token.
 local stack = require "stack"
 local img = require "image_fixtures"
@@ -65,6 +66,13 @@ local function metric(inst, name)
   return text and tonumber(text:match("\n" .. name .. " ([%d.e+]+)\n"))
 end
 
+-- An instance for the body specs: anonymous requests unlimited, and `set`.
+local function start_with_bodies(name, set)
+  set["crypto.encryption_key"] = stack.ENCRYPTION_KEY
+  set["api.rate_limit.anonymous_per_minute"] = 100000
+  return stack.start_sgw { name = name, set = set }
+end
+
 describe("edge", function()
   teardown(function() stack.cleanup() end)
 
@@ -72,16 +80,11 @@ describe("edge", function()
     local sgw, key
 
     setup(function()
-      sgw = stack.start_sgw {
-        name = "edge-bodies",
-        set = {
-          ["crypto.encryption_key"] = stack.ENCRYPTION_KEY,
-          ["api.rate_limit.anonymous_per_minute"] = 100000,
-          ["http.max_inflight_body_bytes"] = 2 * MiB,
-          ["http.body_timeout_seconds"] = 2,
-          ["http.connection_timeout_seconds"] = 30,
-        },
-      }
+      sgw = start_with_bodies("edge-bodies", {
+        ["http.max_inflight_body_bytes"] = 2 * MiB,
+        ["http.body_timeout_seconds"] = 2,
+        ["http.connection_timeout_seconds"] = 30,
+      })
       key = new_client(sgw, "uploads:write accounts:read posts:write").apiKey
     end)
 
@@ -277,6 +280,80 @@ describe("edge", function()
       local ok, err = pcall(stack.start_sgw, { name = "edge-bad-proxies", set = { ["http.trusted_proxies"] = "10.0.0.0/33" } })
       assert.is_false(ok)
       assert.matches("http.trusted_proxies", tostring(err))
+    end)
+  end)
+
+  describe("an address's share of the body budget", function()
+    local sgw
+    local MADE_UP = "sgk_test_" .. string.rep("Z", 40)
+
+    setup(function()
+      sgw = start_with_bodies("edge-body-share", {
+        ["http.max_inflight_body_bytes"] = 16 * MiB,
+        ["http.max_inflight_body_bytes_per_address"] = 2 * MiB,
+        ["http.trusted_proxies"] = "127.0.0.1",
+        ["http.body_timeout_seconds"] = 20,
+        ["http.connection_timeout_seconds"] = 30,
+      })
+    end)
+
+    local function from(addr) return "X-Forwarded-For: " .. addr .. "\r\n" end
+
+    -- Starts an upload from addr whose body then stalls: it holds len bytes.
+    local function hold(addr, len)
+      local c = connect(sgw)
+      assert(c:send(upload_head(len, MADE_UP, from(addr)) .. "\255\216"))
+      return c
+    end
+
+    -- The answer to the headers of an upload from addr, sent alone.
+    local function refused_at_headers(addr, len)
+      local c = connect(sgw)
+      assert(c:send(upload_head(len, MADE_UP, from(addr))))
+      local status, headers, body = read_response(c)
+      c:close()
+      assert.are.equal(503, status, addr)
+      assert.are.equal("1", headers["retry-after"])
+      assert.are.equal("service_unavailable", cjson.decode(body).code)
+    end
+
+    -- A whole upload from addr under the made-up key: its body was taken
+    -- (then the key was looked up and refused), so it was within the share.
+    local function taken(addr)
+      local jpeg = img.jpeg(64, 64)
+      local c = connect(sgw)
+      assert(c:send(upload_head(#jpeg, MADE_UP, from(addr)) .. jpeg))
+      local status = read_response(c)
+      c:close()
+      assert.are.equal(401, status, addr)
+    end
+
+    local function held_bytes(n)
+      stack.eventually(function() return metric(sgw, "sgw_http_inflight_body_bytes") == n end,
+        5, 0.02, n .. " bytes of bodies held")
+    end
+
+    it("keeps one address's stalled bodies under made-up keys from taking the budget of others", function()
+      local held = { hold("198.51.100.20", MiB), hold("198.51.100.20", MiB) }
+      held_bytes(2 * MiB)
+      refused_at_headers("198.51.100.20", MiB)
+      -- Another address still sends bodies, and a real client uploads.
+      taken("198.51.100.21")
+      local key = new_client(sgw, "uploads:write").apiKey
+      local jpeg = img.jpeg(640, 480)
+      local s, b = sgw:request("POST", "/api/v1/uploads", { body = jpeg,
+        headers = { ["X-Api-Key"] = key, ["Content-Type"] = "image/jpeg", ["X-Forwarded-For"] = "198.51.100.22" } })
+      assert.are.equal(201, s, b)
+      -- One IPv6 /64 is one share, whichever of its addresses sends.
+      held[3] = hold("2001:db8:5:6::1", 2 * MiB)
+      held_bytes(4 * MiB)
+      refused_at_headers("2001:db8:5:6:ffff::99", MiB)
+      taken("2001:db8:5:7::1")
+      -- Given back when the connections go: the share is whole again.
+      for _, c in ipairs(held) do c:close() end
+      held_bytes(0)
+      taken("198.51.100.20")
+      taken("2001:db8:5:6::1")
     end)
   end)
 
