@@ -12,7 +12,9 @@
  * The shares live in an open-addressing table, sized at start for every
  * connection the listener may hold at once; an entry goes when its address
  * holds nothing. Should the table be full anyway (no connection cap), a body
- * that finds no room is held to the process-wide budget alone.
+ * that finds no room is held to the process-wide budget alone. Slots come
+ * from a hash seeded at start, so that addresses cannot be picked to pile
+ * up in one run of the table.
  */
 #include "sgw.h"
 
@@ -32,6 +34,7 @@ static atomic_ullong      total_held;
 static pthread_mutex_t    lock = PTHREAD_MUTEX_INITIALIZER;
 static share             *shares;
 static size_t             nshares;          /* a power of two, or 0 */
+static uint64_t           seed;             /* so that nobody can choose colliding addresses */
 
 int body_budget_configure(unsigned long long total, unsigned long long address_share, size_t addresses) {
     pthread_mutex_lock(&lock);
@@ -41,6 +44,7 @@ int body_budget_configure(unsigned long long total, unsigned long long address_s
     total_limit = total;
     per_address = address_share;
     int rc = 0;
+    if (crypto_random(&seed, sizeof seed)) seed = (uint64_t)clock_mono_ms() * 0x9e3779b97f4a7c15ull;
     if (address_share) {
         /* Room for every connection's address at half load; without a
          * connection cap, for 32,768 addresses. */
@@ -67,7 +71,7 @@ static void key_of(const char *addr, unsigned char key[16]) {
 }
 
 static size_t slot_of(const unsigned char key[16]) {
-    uint64_t h = 1469598103934665603ull;   /* FNV-1a */
+    uint64_t h = 1469598103934665603ull ^ seed;   /* FNV-1a, started from the seed */
     for (int i = 0; i < 16; i++) h = (h ^ key[i]) * 1099511628211ull;
     return (size_t)(h ^ (h >> 29)) & (nshares - 1);
 }
@@ -81,20 +85,21 @@ static size_t find(const unsigned char key[16]) {
     return nshares;
 }
 
-/* Frees slot i and moves later entries of its run back (no tombstones). */
+/* Frees slot i and moves later entries of its run back (no tombstones). The
+ * hole is always free, so the scan ends at it at the latest, full table or
+ * not. */
 static void vacate(size_t i) {
-    size_t j = i;
-    for (;;) {
-        j = (j + 1) & (nshares - 1);
-        if (!shares[j].held) break;
+    size_t mask = nshares - 1;
+    shares[i].held = 0;
+    for (size_t j = (i + 1) & mask; shares[j].held; j = (j + 1) & mask) {
         size_t home = slot_of(shares[j].key);
         /* Entry j may fill the hole at i unless its home lies in (i, j]. */
         int stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
         if (stays) continue;
         shares[i] = shares[j];
+        shares[j].held = 0;
         i = j;
     }
-    shares[i].held = 0;
 }
 
 int body_budget_reserve(body_hold *h, const char *addr, unsigned long long total) {

@@ -120,6 +120,43 @@ static void test_full_table(void) {
     check(body_budget_held() == 0, "nothing held after the full table", NULL);
 }
 
+/* A full table of addresses that collide (their homes crowd together), given
+ * back one by one in a shuffled order: every release moves its run back, and
+ * after each one the addresses still in the table keep their shares. */
+static void test_full_table_collisions(void) {
+    body_budget_configure(0, 10, 1);   /* 64 slots */
+    enum { N = 64 };
+    body_hold h[N] = { { 0 } };
+    char addr[N][40];
+    int order[N], ok = 1;
+    for (int i = 0; i < N; i++) {
+        snprintf(addr[i], sizeof addr[i], "10.%d.%d.%d", i * 7 % 13, i * 31 % 251, i * 97 % 241);
+        ok &= reserve(&h[i], addr[i], 6) == 0 && h[i].shared == 6;
+        order[i] = i;
+    }
+    check(ok, "64 colliding addresses fill the table", NULL);
+    unsigned seed = 12345;
+    for (int i = N - 1; i > 0; i--) {
+        seed = seed * 1103515245u + 12345u;
+        int k = (int)((seed >> 16) % (unsigned)(i + 1));
+        int t = order[i]; order[i] = order[k]; order[k] = t;
+    }
+    ok = 1;
+    for (int n = 0; n < N; n++) {
+        body_budget_release(&h[order[n]], addr[order[n]]);
+        for (int m = n + 1; m < N; m++) {
+            body_hold probe = { 0 };
+            int i = order[m];
+            /* 4 more fit in a share holding 6 of 10, a 5th does not. */
+            ok &= reserve(&probe, addr[i], 4) == 0 && probe.shared == 4;
+            body_budget_release(&probe, addr[i]);
+            ok &= reserve(&probe, addr[i], 5) == BODY_BUDGET_ADDRESS;
+        }
+    }
+    check(ok, "every release in a full, crowded table keeps the others' shares", NULL);
+    check(body_budget_held() == 0, "nothing held after the crowded table", NULL);
+}
+
 static void *churn(void *arg) {
     const char *const *addrs = arg;
     for (int i = 0; i < 20000; i++) {
@@ -159,6 +196,7 @@ int main(void) {
     test_growing_body();
     test_entries_leave();
     test_full_table();
+    test_full_table_collisions();
     test_threads();
     body_budget_configure(0, 0, 0);
     printf("%d passed, %d failed\n", passed, failed);
