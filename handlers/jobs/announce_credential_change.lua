@@ -8,11 +8,15 @@
 local credentials = require "credentials"
 
 local RETRY_SECONDS = 1
+-- A lookup that read the row just before the change committed may have
+-- cached it a moment after changed_at, and instances' clocks differ a
+-- little: keep trying that much longer.
+local MARGIN_SECONDS = 5
 
 return function(payload)
   if credentials.bump_epoch() then return end
   local changed_at = tonumber(payload.changed_at) or 0
-  if clock.now() >= changed_at + config.get("api.credential_cache_seconds") then
+  if clock.now() >= changed_at + config.get("api.credential_cache_seconds") + MARGIN_SECONDS then
     log.warn("credential_change_unannounced", { changed_at = changed_at,
       detail = "Redis did not take the news; every cache has expired since" })
     return
