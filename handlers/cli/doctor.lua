@@ -165,7 +165,8 @@ local function check_client_address()
   if not public:match("^https://") then return "ok", "public_base_url is not https: no TLS proxy expected in front" end
   if setting("http.trusted_proxies") then return "ok", "http.trusted_proxies names the proxies that may name the client" end
   return "warn", "public_base_url is https, so a TLS proxy is in front, and http.trusted_proxies is empty: every "
-    .. "client seems to be the proxy and shares its per-address limits; set it to the proxy's address"
+    .. "client seems to be the proxy and shares its per-address limits (anonymous requests, sign-in attempts, "
+    .. "request bodies in flight); set it to the proxy's address"
 end
 
 local CHECKS = {
