@@ -257,6 +257,13 @@ function M.run(target_id)
       return { retry_in = retry.delay(row.run_attempts, { base = 5, max = config.get("publishing.retry.max_seconds") }) }
     end
     if found.status == "published" then return record(row, found) end
+    -- Not there after as many attempts as any failure gets: the target
+    -- fails, as a retryable error would after its last attempt.
+    if not retry.should_retry("platform_unavailable", row.run_attempts) then
+      return record(row, { status = "error", error = { code = "platform_unavailable",
+        message = "The platform did not confirm the post in " .. row.run_attempts
+          .. " attempts, and does not show it." } })
+    end
     -- Not there: a fresh attempt, counted as one.
     db.transaction(function()
       assert(db.exec([[UPDATE post_targets SET attempts = attempts + 1, run_attempts = run_attempts + 1,
@@ -266,6 +273,12 @@ function M.run(target_id)
     ctx.target.attempts, ctx.target.attempt_started_at = row.attempts, row.attempt_started_at
   end
   local outcome = adapter.publish(ctx)
+  if resolve and outcome.status == "error" and outcome.error and outcome.error.code == "duplicate_content" then
+    -- Meta refuses a status identical to the Page's last one: after an
+    -- attempt whose outcome was unknown, that is most likely our own post,
+    -- which the listing did not show yet. Ask again on the next run.
+    outcome = { status = "unknown", error = { code = "platform_unavailable", message = outcome.error.message } }
+  end
   if outcome.status == "retry_later" then
     -- The platform is still working (an Instagram container): the same attempt goes on later.
     assert(db.exec("UPDATE post_targets SET attempts = attempts - 1, run_attempts = run_attempts - 1 WHERE id = $1", row.id))

@@ -5,9 +5,12 @@
 --     -> value, nil, nil, headers        decoded JSON of a 2xx answer
 --     -> nil, err, sent, headers         err classified by platforms.graph_errors
 --
--- `sent` is true when no answer came back but the request may have reached
--- Meta (a time-out after sending): whatever it asked for may have happened.
--- An answer, even an error, is definitive: sent is false. While Meta
+-- `sent` is true when whatever the request asked for may have happened: no
+-- answer came back but the request may have reached Meta (a time-out after
+-- sending), or Meta answered with trouble on its side (HTTP 5xx, codes 1, 2,
+-- -1, -2, is_transient), which it does at times after the write went
+-- through (graph_errors.from_response). Any other answer, a refusal, is
+-- definitive: sent is false. While Meta
 -- throttles the app or the token (platforms.graph_pause), no call is made:
 -- the answer is that rate_limited error at once, with `paused = true`; so it
 -- is when the host does not send a job's call for its lease
@@ -98,11 +101,11 @@ function M.call(method, path, params, token)
     log.warn("graph_call_unreadable", { method = method, path = path, status = res.status, ms = ms })
     return nil, err, true, res.headers
   end
-  local err = graph_errors.from_response(res)
+  local err, may_have_acted = graph_errors.from_response(res)
   log.info("graph_call_error", { method = method, path = path, status = res.status, class = err.code,
     platformCode = err.platform_code, ms = ms })
   pause.observe(token, err)
-  return nil, err, false, res.headers
+  return nil, err, may_have_acted, res.headers
 end
 
 -- Graph times ("2025-03-22T18:20:04+0000", also "Z" or "+00:00") as Unix seconds.
@@ -188,7 +191,8 @@ end
 -- The outcome of a failed call that asked Meta to create something.
 function M.failed(err, sent)
   if sent then
-    return { status = "unknown", error = { code = "platform_unavailable", message = err.message } }
+    return { status = "unknown", error = { code = "platform_unavailable", message = err.message,
+      platform_code = err.platform_code, platform = err.platform } }
   end
   return { status = "error", error = err }
 end

@@ -167,6 +167,14 @@ local function short(s)
   return s
 end
 
+-- Errors Meta answers at times after the write it was asked for went
+-- through: trouble on its side (HTTP 5xx, an unknown error or a service
+-- outage, Instagram's internal errors, a transient error). After one of
+-- these, a call that creates something has an unknown outcome, to be
+-- resolved before it is tried again, or a retry could publish twice. A
+-- throttle, a refused token or a refused request did nothing.
+local MAY_HAVE_ACTED = { [1] = true, [2] = true, [-1] = true, [-2] = true }
+
 -- JSON numbers may decode as floats (400.0): codes are integers.
 local function integer(v)
   v = tonumber(v)
@@ -174,7 +182,8 @@ local function integer(v)
 end
 
 -- From a Graph error object ({message, code, error_subcode, is_transient, ...}),
--- the HTTP status and the response headers.
+-- the HTTP status and the response headers: the error, and whether Meta may
+-- have done what was asked all the same (MAY_HAVE_ACTED above).
 function M.classify(graph_error, status, headers)
   local g = type(graph_error) == "table" and graph_error or {}
   local e = { code = integer(g.code), error_subcode = integer(g.error_subcode), is_transient = g.is_transient }
@@ -200,10 +209,11 @@ function M.classify(graph_error, status, headers)
     if out.throttle == "app" then wait = M.retry_after_seconds(headers) else wait = M.regain_access_seconds(headers) end
     out.retry_after = wait or (rule and rule.retry_after) or M.DEFAULT_RETRY_AFTER
   end
-  return out
+  return out, (status or 0) >= 500 or MAY_HAVE_ACTED[e.code] == true or e.is_transient == true
 end
 
--- From an HTTP response {status, headers, body} that is not a success.
+-- From an HTTP response {status, headers, body} that is not a success: the
+-- error, and whether Meta may have done what was asked (as classify).
 function M.from_response(res)
   local decoded = json.decode(res.body or "")
   if type(decoded) == "table" and type(decoded.error) == "table" then
@@ -221,7 +231,7 @@ function M.from_response(res)
     out.retry_after = M.regain_access_seconds(res.headers) or M.DEFAULT_RETRY_AFTER
     out.throttle = "token"
   end
-  return out
+  return out, (res.status or 0) >= 500
 end
 
 -- From a failed http.request (message, kind): nothing usable came back.

@@ -263,17 +263,25 @@ describe("moderation", function()
 
     before_each(function() fake.clear_failures() end)
 
-    it("replies once even when the answer is lost after the platform made the reply", function()
-      local c, fc = user_comment("Is this in stock?")
-      fake.fail({ match = { method = "POST", path = "/{comment}/comments" }, count = 1, kind = "timeout_after_commit",
-        delay_ms = 4000 })
-      local _, body = t.api("POST", "/api/v1/comments/" .. c.id .. "/replies", { message = "Yes, in stock." })
+    -- Replies to a new user comment while `failure` hits the reply's POST
+    -- once: the operation succeeds with the one reply Meta has, sent once.
+    local function reply_through(question, answer, failure)
+      local c, fc = user_comment(question)
+      failure.match, failure.count = { method = "POST", path = "/{comment}/comments" }, 1
+      fake.fail(failure)
+      local _, body = t.api("POST", "/api/v1/comments/" .. c.id .. "/replies", { message = answer })
       local op = t.wait(body.operationId, 30)
       assert.are.equal("succeeded", op.status, cjson.encode(op))
-      local made = fake_replies(fc.id, "Yes, in stock.")
+      local made = fake_replies(fc.id, answer)
       assert.are.equal(1, #made, "replies on the platform")
       assert.are.equal(made[1].id, op.result.platformCommentId)
       assert.are.equal(1, #fake.requests({ method = "POST", path = "/" .. fc.id .. "/comments" }), "one POST only")
+      return c, fc, op, made, body
+    end
+
+    it("replies once even when the answer is lost after the platform made the reply", function()
+      local c, fc, op, made, body = reply_through("Is this in stock?", "Yes, in stock.",
+        { kind = "timeout_after_commit", delay_ms = 4000 })
       -- One comment in sgw too, although Meta's webhook for the Page's own reply races the job.
       env.deliveries_processed()
       local n = 0
@@ -289,6 +297,10 @@ describe("moderation", function()
       local event = replied_event(body.operationId)
       assert.are.equal(op.result.commentId, event.reply.id)
       assert.are.equal(c.id, event.commentId)
+    end)
+
+    it("replies once when Meta answers 500 after it made the reply", function()
+      reply_through("Do you ship abroad?", "Yes, worldwide.", { kind = "error_after_commit", preset = "unknown" })
     end)
 
     it("does not take another operation's identical reply for its own", function()

@@ -126,16 +126,32 @@ describe("platform adapters against the fake Graph API", function()
         { code = outcome.error.code, platform_code = outcome.error.platform_code })
     end)
 
-    it("classifies a transient 500 and a bare 502 as platform_unavailable", function()
+    it("takes a transient 500 and a bare 502 for an unknown outcome, which resolve settles", function()
+      -- Meta answers these at times after the post went out: nothing says
+      -- whether it did, so the next run asks before trying again.
       fake.fail({ match = { method = "POST", path = "/{page}/feed" }, preset = "transient" })
-      local outcome = run("facebook", "publish", fb_ctx({ type = "text", message = "Later" }))
-      assert.same({ "error", "platform_unavailable", "2" },
+      local later = fb_ctx({ type = "text", message = "Later" })
+      local outcome = run("facebook", "publish", later)
+      assert.same({ "unknown", "platform_unavailable", "2" },
         { outcome.status, outcome.error.code, outcome.error.platform_code })
       fake.fail({ match = { method = "POST", path = "/{page}/feed" }, kind = "http", status = 502,
         body = "<html>Bad Gateway</html>" })
-      outcome = run("facebook", "publish", fb_ctx({ type = "text", message = "Later" }))
-      assert.same({ "error", "platform_unavailable" }, { outcome.status, outcome.error.code })
+      outcome = run("facebook", "publish", later)
+      assert.same({ "unknown", "platform_unavailable" }, { outcome.status, outcome.error.code })
       assert.equal(0, fake.published().total)
+      assert.same({ status = "not_found" }, run("facebook", "resolve", later))
+    end)
+
+    it("resolves Meta's 500 after it created the post to the one post that exists", function()
+      fake.fail({ match = { method = "POST", path = "/{page}/feed" }, kind = "error_after_commit", preset = "unknown" })
+      local ctx = fb_ctx({ type = "text", message = "Answered 500 but created" })
+      local outcome = run("facebook", "publish", ctx)
+      assert.same({ "unknown", "platform_unavailable", "1" },
+        { outcome.status, outcome.error.code, outcome.error.platform_code })
+      local made = fake.published(page.id)
+      assert.equal(1, made.total)
+      assert.same({ status = "published", platform_post_id = made.data[1].id,
+        permalink_url = made.data[1].permalink_url }, run("facebook", "resolve", ctx))
     end)
 
     it("resolves a time-out after Meta committed to the one post that exists", function()
@@ -172,7 +188,7 @@ describe("platform adapters against the fake Graph API", function()
       fake.fail({ match = { method = "POST", path = "/{ig}/media_publish" }, preset = "ig_server" })
       local ctx = ig_ctx("Second try")
       local outcome, state = publish_instagram(ctx)
-      assert.same({ "error", "platform_unavailable", "-1/2207001" },
+      assert.same({ "unknown", "platform_unavailable", "-1/2207001" },
         { outcome.status, outcome.error.code, outcome.error.platform_code })
       assert.is_string(state.container_id)
 

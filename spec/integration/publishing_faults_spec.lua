@@ -184,6 +184,49 @@ describe("publishing faults", function()
     assert.are.equal(found.id, target.platformPostId)
   end)
 
+  it("resolves Meta's 500 after it created the post, and does not publish it again", function()
+    fake.fail({ match = { method = "POST", path = "/{page}/feed" }, count = 1, kind = "error_after_commit",
+      preset = "unknown" })
+    local body = t.text("Answered 500 but created")
+    assert.are.equal("succeeded", t.wait(body.operationId, 30).status)
+    local target = t.post(body.resource.postId).targets[1]
+    assert.are.equal("published", target.status)
+    assert.are.equal(1, times_published(fake, t.page.id, "Answered 500 but created"))
+    assert.are.equal(1, target.attempts, "the post was found, not made again")
+  end)
+
+  it("takes a duplicate refusal after an unknown outcome for its own post that the listing did not show yet", function()
+    local message = "Created, then listed late"
+    fake.fail({ match = { method = "POST", path = "/{page}/feed" }, count = 1, kind = "error_after_commit",
+      preset = "transient" })
+    -- The first look finds nothing (the listing lags), so a second attempt
+    -- goes out, which Meta refuses as the same status as the Page's last.
+    fake.fail({ match = { method = "GET", path = "/{page}/published_posts" }, count = 1, kind = "http", status = 200,
+      body = '{"data":[]}', content_type = "application/json" })
+    local body = t.text(message)
+    assert.are.equal("succeeded", t.wait(body.operationId, 30).status)
+    local target = t.post(body.resource.postId).targets[1]
+    assert.are.equal("published", target.status)
+    assert.are.equal(1, times_published(fake, t.page.id, message))
+    local refused = 0
+    for _, r in ipairs(fake.requests({ method = "POST", path = "/" .. t.page.id .. "/feed" })) do
+      if type(r.params) == "table" and r.params.message == message and r.error_code == 506 then refused = refused + 1 end
+    end
+    assert.are.equal(1, refused, "the second attempt met the duplicate refusal")
+  end)
+
+  it("fails a target the platform never shows after its last attempt", function()
+    fake.fail({ match = { method = "POST", path = "/{page}/feed" }, count = 5, preset = "transient" })
+    local body = t.text("Never there")
+    local op = t.wait(body.operationId, 60)
+    assert.are.equal("failed", op.status)
+    local target = t.post(body.resource.postId).targets[1]
+    assert.are.equal("failed", target.status)
+    assert.are.equal("platform_unavailable", target.error.code)
+    assert.are.equal(5, target.attempts)
+    assert.are.equal(0, times_published(fake, t.page.id, "Never there"))
+  end)
+
   it("never sends a publishing POST twice when a reused connection closes without an answer", function()
     -- A first post leaves a kept-alive connection to the platform behind;
     -- on that connection the next POST is carried out and then cut off. A

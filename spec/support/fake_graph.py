@@ -30,7 +30,8 @@ Control API (JSON bodies; answers JSON; errors {"error":{"message",...}} with 4x
   POST   /_fake/tokens/expire          {"access_token","expired"?: true} -> 190/463 from then on
   POST   /_fake/failures               {"match"?:{"method"?,"path"?,"account"?}, "count"?:1,
                                         "kind"?: "error" | "timeout_after_commit" | "close_after_commit"
-                                                | "close" | "http" | "delay" | "late_answer",
+                                                | "error_after_commit" | "close" | "http" | "delay"
+                                                | "late_answer",
                                         "preset"?: name in PRESETS,
                                         "error"?: {"code","subcode"?,"http"?,"message"?,"type"?,
                                                    "is_transient"?,"error_user_title"?,"error_user_msg"?,
@@ -41,6 +42,9 @@ Control API (JSON bodies; answers JSON; errors {"error":{"message",...}} with 4x
                                                                                answered that much later)}
                                        late_answer: the answer is made at once (a listing shows the
                                        moment it was read) and sent delay_ms later
+                                       error_after_commit: the work is done and stored, and the
+                                       answer is the error (default code 1, HTTP 500), as Meta
+                                       answers at times after a write went through
                                        path: "/{page}/feed", "/{ig}/media_publish", "/{container}",
                                        "/{media}", "/{post}", "/{photo}", "/*/feed", "/**", "/123/feed"
                                        ({x} placeholders match that kind of node only; * and {id} any)
@@ -271,7 +275,8 @@ PRESETS = {
     "policy": {"code": 368},
 }
 
-FAILURE_KINDS = {"error", "timeout_after_commit", "close_after_commit", "close", "http", "delay", "late_answer"}
+FAILURE_KINDS = {"error", "timeout_after_commit", "close_after_commit", "error_after_commit", "close", "http",
+                 "delay", "late_answer"}
 
 
 def fbtrace_id():
@@ -1629,6 +1634,9 @@ class Handler(BaseHTTPRequestHandler):
             try:
                 resp = app.dispatch(req)
                 entry["outcome"] = "ok"
+                if kind == "error_after_commit":
+                    err = app.failure_error(failure, req)
+                    resp, entry["outcome"], entry["error_code"] = Response.from_error(err), kind, err.code
             except GraphError as e:
                 resp, entry["outcome"], entry["error_code"] = Response.from_error(e), "error", e.code
             except Exception:

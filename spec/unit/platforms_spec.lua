@@ -121,8 +121,29 @@ describe("facebook adapter", function()
     on("POST 1001/feed", graph_error(400, { message = "Error validating access token", code = 190, error_subcode = 463 }))
     assert.same({ status = "error", error = { code = "token_expired", message = "Error validating access token",
       platform_code = "190/463", platform = { code = 190, subcode = 463 } } }, facebook.publish(ctx({ type = "text", message = "x" })))
+    on("POST 1001/feed", graph_error(400, { message = "(#100) Invalid parameter", code = 100 }))
+    assert.equal("error", facebook.publish(ctx({ type = "text", message = "x" })).status)
+    on("POST 1001/feed", graph_error(403, { message = "(#4) Application request limit reached", code = 4 }))
+    assert.equal("error", facebook.publish(ctx({ type = "text", message = "x" })).status)
+  end)
+
+  it("reports an unknown outcome when Meta answers with trouble on its side, which may follow a post made", function()
+    local answers = {
+      graph_error(500, { message = "Please retry", code = 2, is_transient = true }),
+      graph_error(500, { message = "An unknown error has occurred.", code = 1 }),
+      graph_error(400, { message = "Try again", code = 100, is_transient = true }),
+      graph_error(503, { message = "Busy", code = 9999 }),
+      { status = 502, body = "<html>Bad Gateway</html>" },
+    }
+    for _, answer in ipairs(answers) do
+      on("POST 1001/feed", answer)
+      local outcome = facebook.publish(ctx({ type = "text", message = "x" }))
+      assert.equal("unknown", outcome.status, answer.body)
+      assert.equal("platform_unavailable", outcome.error.code)
+    end
     on("POST 1001/feed", graph_error(500, { message = "Please retry", code = 2, is_transient = true }))
-    assert.equal("platform_unavailable", facebook.publish(ctx({ type = "text", message = "x" })).error.code)
+    assert.equal("2", facebook.publish(ctx({ type = "text", message = "x" })).error.platform_code,
+      "Meta's code stays with the unknown outcome")
   end)
 
   describe("resolve", function()
