@@ -45,7 +45,11 @@ local function page_change(value, entry_id, entry_time)
   local created = seconds(value.created_time)
   local version = created or entry_time
   if not version then return nil, "missing created_time and entry time" end
-  local from = type(value.from) == "table" and value.from or {}
+  -- `from` is who made the change: the author for an add or an edit (only
+  -- the author edits), but for a hide, an unhide or a removal whoever did
+  -- it, the Page itself for its own moderation. Only the first two say who
+  -- wrote the comment.
+  local from = (verb == "add" or verb == "edited") and type(value.from) == "table" and value.from or {}
   local parent, from_id = str(value.parent_id), str(from.id)
   local o = {
     platform_post_id = post_id,

@@ -350,6 +350,25 @@ describe("moderation", function()
       assert.is_true(t.get(c.id).isDeleted)
     end)
 
+    it("keeps a user's comment theirs when the Page's hide comes back from the Page", function()
+      local c, fc = user_comment("Is this a scam?")
+      -- Hidden in Facebook itself: Meta's delivery names the Page as `from`.
+      local hid = fake.control("POST", "comments/" .. fc.id .. "/hide", {})
+      assert.are.equal(200, hid.delivery.status, cjson.encode(hid))
+      local sent = fake.control("GET", "webhooks").deliveries
+      local value = cjson.decode(sent[#sent].body).entry[1].changes[1].value
+      assert.are.same({ "hide", t.page.id }, { value.verb, value.from.id })
+      env.deliveries_processed()
+      local now = t.get(c.id)
+      assert.is_true(now.isHidden)
+      assert.is_false(now.isFromAccount)
+      assert.are.same(c.author, now.author)
+      -- Still someone else's: it may be shown again.
+      local _, body = t.api("POST", "/api/v1/comments/" .. c.id .. "/unhide")
+      assert.are.equal("succeeded", t.wait(body.operationId).status)
+      assert.is_false(fake_state(fc.id).hidden)
+    end)
+
     it("hides a comment the sync read as hideable without reading can_hide again", function()
       local made = t.fake_comment({ post_id = target.platformPostId, message = "Only the sync saw me",
         from = { id = "100" .. math.random(1e6, 9e6), name = "Quiet" }, deliver = false })

@@ -40,7 +40,10 @@ Control API:
   POST /_fake/comments/{id}/hide     {"deliver"?}                verb hide
   POST /_fake/comments/{id}/unhide   {"deliver"?}                verb unhide
 Instagram's comments webhook reports creations only: the other verbs change
-an Instagram comment without a delivery (delivery null).
+an Instagram comment without a delivery (delivery null). A delivery's `from`
+is who made the change, as Meta sends it: the Page for hides and unhides
+(only the Page can) and for a deletion through the Graph API; the author
+otherwise.
 
 Deliveries from control calls are sent before the call answers (their status
 is in the answer); those caused by Graph calls (the Page's own replies, hides
@@ -183,12 +186,17 @@ def _sign(secret, body):
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
-def _delivery_for(app, record, verb):
-    """Meta's delivery for a change of this comment (None: Meta sends none)."""
+def _delivery_for(app, record, verb, by_page=False):
+    """Meta's delivery for a change of this comment (None: Meta sends none).
+    `from` is who made the change: the author, or the Page itself for what
+    only the Page can do (hides) or did (by_page: its own deletion)."""
     s = app.store
     now = int(s.now())
     if record["platform"] == "facebook":
-        value = {"from": record["from_"], "post_id": record["post_id"], "comment_id": record["id"],
+        actor = record["from_"]
+        if by_page or verb in ("hide", "unhide"):
+            actor = _account_itself(app, "facebook", record["account"])
+        value = {"from": actor, "post_id": record["post_id"], "comment_id": record["id"],
                  "parent_id": record["parent_id"] or record["post_id"],
                  # The time of the change: creation for add, now for the others.
                  "created_time": int(record["created"]) if verb == "add" else now,
@@ -234,10 +242,10 @@ def _send(app, delivery):
     return {"status": status, "error": error}
 
 
-def _notify(app, record, verb, deliver=True, background=False):
+def _notify(app, record, verb, deliver=True, background=False, by_page=False):
     """Sends the delivery for a change, unless asked not to or Meta sends none."""
     with app.store.lock:
-        delivery = _delivery_for(app, record, verb)
+        delivery = _delivery_for(app, record, verb, by_page)
     if not deliver or delivery is None:
         return None
     if background:
@@ -351,7 +359,7 @@ def delete_comment(app, req, record):
         _check_alive(record, req)
         record["deleted"] = True
         s.objects.pop(record["id"], None)
-    _notify(app, record, "remove", background=True)
+    _notify(app, record, "remove", background=True, by_page=True)
     return fg.Response(200, {"success": True})
 
 

@@ -284,8 +284,8 @@ def _dispatch_with_subscriptions(original):
 # ---------------------------------------------------------------- deliveries
 
 def _delivery_with_subscriptions(original):
-    def delivery_for(app, record, verb):
-        delivery = original(app, record, verb)
+    def delivery_for(app, record, verb, by_page=False):
+        delivery = original(app, record, verb, by_page)
         if delivery is None or not app.config["webhooks_require_subscription"]:
             return delivery
         s = app.store

@@ -76,6 +76,21 @@ describe("meta_webhooks.normalize", function()
     assert.is_false(unhidden.is_hidden)
   end)
 
+  it("takes the author only from an add or an edit: a hide, unhide or removal names who made it", function()
+    -- The Page hides, shows and deletes a user's comment: `from` is the Page.
+    for _, verb in ipairs { "hide", "unhide", "remove" } do
+      local o = one(feed({ verb = verb, comment_id = "c9", created_time = 1742668100,
+        from = { id = PAGE, name = "The Page" } }))
+      assert.is_nil(o.is_from_account, verb .. " says nothing of who wrote the comment")
+      assert.is_nil(o.author_platform_id, verb)
+      assert.is_nil(o.author_name, verb)
+    end
+    local edit = one(feed({ verb = "edited", comment_id = "c9", created_time = 1742668200,
+      from = { id = "999", name = "Ann" }, message = "Edited by Ann" }))
+    assert.are.equal("999", edit.author_platform_id)
+    assert.is_false(edit.is_from_account)
+  end)
+
   it("takes the other spellings of Meta's verb enum: edit as edited, delete as remove", function()
     local function at(verb) return one(feed({ verb = verb, comment_id = "c3", created_time = 1742667700, message = "y" })) end
     assert.are.same(at("edited"), at("edit"))
