@@ -169,10 +169,11 @@ end
 
 -- Errors Meta answers at times after the write it was asked for went
 -- through: trouble on its side (HTTP 5xx, an unknown error or a service
--- outage, Instagram's internal errors, a transient error). After one of
--- these, a call that creates something has an unknown outcome, to be
--- resolved before it is tried again, or a retry could publish twice. A
--- throttle, a refused token or a refused request did nothing.
+-- outage, Instagram's internal errors, a transient error) that is no
+-- throttle. After one of these, a call that creates something has an
+-- unknown outcome, to be resolved before it is tried again, or a retry could
+-- publish twice. A throttle (which Meta marks is_transient as well), a
+-- refused token or a refused request did nothing.
 local MAY_HAVE_ACTED = { [1] = true, [2] = true, [-1] = true, [-2] = true }
 
 -- JSON numbers may decode as floats (400.0): codes are integers.
@@ -209,7 +210,9 @@ function M.classify(graph_error, status, headers)
     if out.throttle == "app" then wait = M.retry_after_seconds(headers) else wait = M.regain_access_seconds(headers) end
     out.retry_after = wait or (rule and rule.retry_after) or M.DEFAULT_RETRY_AFTER
   end
-  return out, (status or 0) >= 500 or MAY_HAVE_ACTED[e.code] == true or e.is_transient == true
+  -- Throttles come marked is_transient too, but say that nothing was done.
+  return out, class == "platform_unavailable"
+    and ((status or 0) >= 500 or MAY_HAVE_ACTED[e.code] == true or e.is_transient == true)
 end
 
 -- From an HTTP response {status, headers, body} that is not a success: the

@@ -127,6 +127,13 @@ describe("facebook adapter", function()
     assert.equal("error", facebook.publish(ctx({ type = "text", message = "x" })).status)
   end)
 
+  it("reports a throttle Meta marks is_transient as a refusal with its wait, not an unknown outcome", function()
+    on("POST 1001/feed", graph_error(400, { message = "(#32) Page request limit reached", code = 32, is_transient = true }))
+    local throttled = facebook.publish(ctx({ type = "text", message = "x" }))
+    assert.same({ "error", "rate_limited" }, { throttled.status, throttled.error.code })
+    assert.is_number(throttled.error.retry_after)
+  end)
+
   it("reports an unknown outcome when Meta answers with trouble on its side, which may follow a post made", function()
     local answers = {
       graph_error(500, { message = "Please retry", code = 2, is_transient = true }),
