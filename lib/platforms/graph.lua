@@ -92,7 +92,7 @@ function M.call(method, path, params, token)
   local value = json.decode(res.body or "")
   if res.status >= 200 and res.status < 300 and type(value) == "table" and value.error == nil then
     log.debug("graph_call", { method = method, path = path, status = res.status, ms = ms })
-    pause.observe(token, nil, graph_errors.regain_access_seconds(res.headers))
+    pause.observe(token, nil, graph_errors.regain_access_seconds(res.headers), graph_errors.app_usage(res.headers))
     return value, nil, nil, res.headers
   end
   if res.status >= 200 and res.status < 300 and type(value) ~= "table" then
@@ -104,7 +104,7 @@ function M.call(method, path, params, token)
   local err, may_have_acted = graph_errors.from_response(res)
   log.info("graph_call_error", { method = method, path = path, status = res.status, class = err.code,
     platformCode = err.platform_code, ms = ms })
-  pause.observe(token, err)
+  pause.observe(token, err, nil, graph_errors.app_usage(res.headers))
   return nil, err, may_have_acted, res.headers
 end
 

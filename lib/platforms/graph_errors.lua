@@ -131,6 +131,12 @@ function M.usage_pressure(headers)
   return pressure
 end
 
+-- The app's usage percent from X-App-Usage (the highest of its metrics; 0
+-- when absent). At 100 Meta starts refusing the app's calls (code 4).
+function M.app_usage(headers)
+  return max_usage(json.decode(header(headers, "x-app-usage") or ""), 0)
+end
+
 -- Seconds until Meta lets us call again, from X-Business-Use-Case-Usage
 -- (estimated_time_to_regain_access, in minutes, the longest of all entries),
 -- else Retry-After; nil when neither says.

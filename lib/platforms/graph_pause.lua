@@ -10,14 +10,22 @@
 --   pause.check(token)            -> nil: call; or the rate_limited error
 --                                    of a pause (paused = true, throttle =
 --                                    "app" or "token"), without calling Meta
---   pause.observe(token, err, regain_seconds)  after every answer: err as
---                                    classified, or the wait a success's
---                                    usage header announced
+--   pause.observe(token, err, regain_seconds, app_usage)  after every
+--                                    answer: err as classified, or the wait
+--                                    a success's usage header announced; and
+--                                    the app's usage percent (X-App-Usage):
+--                                    at 100 Meta refuses the app's next
+--                                    calls, so they stop for APP_FULL_SECONDS
+--                                    before Meta has to say so
 --
 -- A token stands for its account (a Page token for a Page and the Instagram
 -- account on it), and only its digest is stored. Redis that cannot answer
 -- pauses nothing: Meta still refuses what is over its limit.
 local M = {}
+
+-- How long the app's calls stop once X-App-Usage reaches 100 (Meta gives no
+-- wait for its own limit; as after code 4 without Retry-After).
+M.APP_FULL_SECONDS = 60
 
 -- Every pause key carries one hash tag, so that the app's and a token's are
 -- read in one MGET on a Redis Cluster too (one slot; the traffic is one read
@@ -68,7 +76,8 @@ function M.check(token)
   }
 end
 
-function M.observe(token, err, regain_seconds)
+function M.observe(token, err, regain_seconds, app_usage)
+  if app_usage and app_usage >= 100 then pause("app", M.APP_FULL_SECONDS) end
   if err and err.throttle and err.retry_after then
     pause(err.throttle == "app" and "app" or token_scope(token or ""), err.retry_after)
   elseif token and regain_seconds and regain_seconds > 0 then
