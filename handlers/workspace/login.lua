@@ -1,7 +1,7 @@
 -- GET /workspace/login: the form; POST: signs in. Every failure reads the
 -- same ("email or password is wrong"); wrong passwords wait longer and longer
--- per (email, address), and attempts are limited per address
--- (lib/workspace/login_limit.lua).
+-- per (email, address), attempts are limited per address, and per email from
+-- addresses it has not signed in from (lib/workspace/login_limit.lua).
 local web = require "workspace.web"
 local users = require "users"
 local limit = require "workspace.login_limit"
@@ -27,7 +27,8 @@ return web.public(function(w)
   end
   local f = w.form
   local email, address = users.check_email(f.email) or "", w.req.remote_addr
-  local wait = limit.attempt(address) or (email ~= "" and limit.try(email, address))
+  local wait = limit.attempt(address)
+    or (email ~= "" and (limit.try(email, address) or limit.try_email(email, address)))
   if wait then return too_many(w, f.email, wait) end
   local user = users.authenticate(f.email, f.password)
   if not user then

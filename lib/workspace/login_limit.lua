@@ -11,8 +11,12 @@
 -- forgotten window_seconds after the last attempt. Many emails from one
 -- address are bounded by all attempts per address (max_attempts_per_address
 -- per window), and sign-ups have their own bound per address
--- (workspace.signup.max_per_address per window). An IPv6 address counts as
--- its /64 (lib/client_address.lua).
+-- (workspace.signup.max_per_address per window). One email guessed from
+-- many addresses is bounded by the attempts at it from addresses it has not
+-- signed in from (max_attempts_per_email per window): past them, only
+-- addresses where the email signed in within known_address_days may try it,
+-- so its owner, at home or at the office, is still not locked out. An IPv6
+-- address counts as its /64 (lib/client_address.lua).
 --
 -- Redis unreachable: attempts are allowed (logged), like every other rate
 -- limit of the service; Argon2id still makes each guess slow.
@@ -45,6 +49,19 @@ end
 return 0
 ]]
 
+-- An attempt at an email. KEYS[1] the email's count of attempts from
+-- unknown addresses, KEYS[2] whether this address is known for it; ARGV:
+-- window, most attempts. Returns the seconds still to wait (refused, not
+-- counted), or 0.
+local FROM_UNKNOWN = [[
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+if (tonumber(redis.call('GET', KEYS[1])) or 0) >= tonumber(ARGV[2]) then
+  return math.max(1, redis.call('TTL', KEYS[1]))
+end
+if redis.call('INCR', KEYS[1]) == 1 then redis.call('EXPIRE', KEYS[1], tonumber(ARGV[1])) end
+return 0
+]]
+
 -- The digest is the hash tag: a failure count and its wait share a slot, as
 -- the scripts touching both need on a Redis Cluster.
 local function key(kind, ...)
@@ -53,6 +70,13 @@ end
 
 local function who(address)
   return client_address.group(address) or "?"
+end
+
+-- An email's keys share its digest as hash tag: its count, and each
+-- address known for it.
+local function email_keys(email, address)
+  local prefix = config.get("redis.namespace") .. ":workspace:login:email:{" .. crypto.sha256_hex(email) .. "}"
+  return { prefix .. ":unknown", prefix .. ":known:" .. crypto.sha256_hex(who(address)) }
 end
 
 local function eval(script, keys, ...)
@@ -96,9 +120,27 @@ function M.try(email, address)
   return nil
 end
 
+-- Counts an attempt at this email from an address it has not signed in
+-- from, before the password is checked. Returns nil when it may go ahead,
+-- else the seconds it must wait.
+function M.try_email(email, address)
+  local wait = eval(FROM_UNKNOWN, email_keys(email, address), window(),
+    math.floor(config.get("workspace.login.max_attempts_per_email")))
+  if type(wait) == "number" and wait > 0 then
+    log.warn("workspace_login_email_held", { detail = "an email had more sign-in attempts from unknown addresses "
+      .. "than workspace.login.max_attempts_per_email; only addresses it signed in from may try it for now" })
+    return wait
+  end
+  return nil
+end
+
+-- A success: the email's failures at this address are forgotten, and the
+-- address is known for it for known_address_days.
 function M.succeeded(email, address)
   eval("return redis.call('DEL', KEYS[1], KEYS[2])",
     { key("login:failures", email, who(address)), key("login:wait", email, who(address)) })
+  eval("return redis.call('SET', KEYS[1], '1', 'EX', ARGV[1])", { email_keys(email, address)[2] },
+    math.floor(config.get("workspace.login.known_address_days") * 86400))
 end
 
 return M

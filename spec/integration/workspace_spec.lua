@@ -147,6 +147,7 @@ describe("the workspace", function()
         ["workspace.login.free_failures"] = 2,
         ["workspace.login.delay_base_seconds"] = 600,
         ["workspace.login.max_attempts_per_address"] = 40,
+        ["workspace.login.max_attempts_per_email"] = 12,
         ["api.rate_limit.anonymous_per_minute"] = 100000,
       },
     }
@@ -655,6 +656,32 @@ describe("the workspace", function()
     assert.are.equal(0, code, out)
     assert.matches('"userId":"usr_', out)
     assert.is_nil(out:find("third long password", 1, true), "the password is not echoed")
+  end)
+
+  it("holds back one email guessed from many addresses, but not where its owner signed in", function()
+    local email, password = "target@acme.test", "the target's long password"
+    local status, made = sgw:json("POST", "/test/workspace/user-cli", { body = {
+      argv = { "create", "--company", a.company, "--email", email }, stdin = password } })
+    assert.are.equal(200, status)
+    assert.are.equal(0, made.code, made.err)
+    local function sign_in_from(address, pass)
+      return workspace_http.client(sgw, address).sign_in(email, pass)
+    end
+    -- The owner's first sign-in there counts among the twelve (the address
+    -- was not known yet); eleven guesses follow, each from an address of its
+    -- own (within its free failures).
+    assert.are.equal(303, (sign_in_from("127.0.0.50", password)))
+    for i = 1, 11 do
+      assert.are.equal(401, (sign_in_from("127.0.1." .. i, "not the password " .. i)))
+    end
+    -- The next new address is held back, the right password or not.
+    local held, body, headers = sign_in_from("127.0.2.1", password)
+    assert.are.equal(429, held)
+    assert.truthy(body:find("Too many sign-in attempts", 1, true))
+    assert.is_truthy(tonumber(headers["retry-after"]))
+    -- Where the owner signed in before, they still can; other emails are not held back.
+    assert.are.equal(303, (sign_in_from("127.0.0.50", password)))
+    assert.are.equal(401, (workspace_http.client(sgw, "127.0.2.2").sign_in("someone-else@acme.test", "a wrong password")))
   end)
 
   it("limits sign-in attempts per address", function()
