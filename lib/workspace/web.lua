@@ -177,7 +177,10 @@ local function serve(fn, mode, req)
   if req.method ~= "GET" and req.method ~= "HEAD" then
     local fields, err = form.parse(req.body or "", 200)
     if not fields then
-      return w:fail(400, "The form could not be read", "The browser sent a malformed form (" .. err .. "). Reload the page and try again.")
+      -- Read before the CSRF check: what the form said (a field's name) is
+      -- logged, never shown, so another site cannot put words on this page.
+      log.info("workspace_form_unreadable", { requestId = req.id, route = req.path, error = err })
+      return w:fail(400, "The form could not be read", "The browser sent a malformed form. Reload the page and try again.")
     end
     if not session.csrf_ok(session.cookie_token(req), fields.csrf) then
       return w:fail(403, "The form has expired",
