@@ -19,7 +19,11 @@
 -- Instagram container slots (platforms.instagram_quota) are no history:
 -- they go once they leave meta.instagram_container_window_seconds, for
 -- every account (an account's own go when it takes a new slot; an idle or
--- disconnected one takes none).
+-- disconnected one takes none). Nor are expired workspace sessions and
+-- "Connect with Facebook" attempts, which go once they expire (the latter
+-- may hold Page tokens, encrypted, of an attempt nobody finished; signing in
+-- and starting an attempt delete expired ones too, but only when someone
+-- does).
 --
 -- Events, delivery attempts, Meta deliveries and comment changes live in
 -- daily partitions (lib/partitions.lua): a day that ended that many days
@@ -68,6 +72,22 @@ local KINDS = {
        ORDER BY changed_at LIMIT $2)]] },
 }
 
+-- What goes once it expires, whatever retention.*: a batch per run ($1 the
+-- batch size; $2, when the kind has a `param`, that setting).
+local EXPIRED = {
+  -- SKIP LOCKED: rows a slot reservation is deleting at the same moment
+  -- (under its account's lock, in its own order) are left to it, so the two
+  -- can never wait on each other.
+  { name = "instagram_containers", param = "meta.instagram_container_window_seconds",
+    sql = [[DELETE FROM instagram_containers WHERE id IN (
+      SELECT id FROM instagram_containers WHERE made_at <= now() - make_interval(secs => $2)
+       ORDER BY made_at LIMIT $1 FOR UPDATE SKIP LOCKED)]] },
+  { name = "workspace_oauth_states", sql = [[DELETE FROM workspace_oauth_states WHERE id IN (
+      SELECT id FROM workspace_oauth_states WHERE expires_at < now() ORDER BY expires_at LIMIT $1)]] },
+  { name = "workspace_sessions", sql = [[DELETE FROM workspace_sessions WHERE id IN (
+      SELECT id FROM workspace_sessions WHERE expires_at < now() ORDER BY expires_at LIMIT $1)]] },
+}
+
 -- Creates the partitions ahead, drops the old ones, then deletes one batch
 -- of each kind. Returns {kind = rows deleted} and whether any batch was full
 -- (more are waiting).
@@ -96,16 +116,15 @@ function M.run()
       if n > 0 then metrics.inc("sgw_retention_deleted_total", { kind = kind.name }, n) end
     end
   end
-  -- SKIP LOCKED: rows a slot reservation is deleting at the same moment
-  -- (under its account's lock, in its own order) are left to it, so the two
-  -- can never wait on each other.
-  local n = assert(db.exec([[DELETE FROM instagram_containers WHERE id IN (
-      SELECT id FROM instagram_containers WHERE made_at <= now() - make_interval(secs => $1)
-       ORDER BY made_at LIMIT $2 FOR UPDATE SKIP LOCKED)]], config.get("meta.instagram_container_window_seconds"), batch))
-  if n >= batch then more = true end
-  if n > 0 then
-    deleted.instagram_containers = n
-    metrics.inc("sgw_retention_deleted_total", { kind = "instagram_containers" }, n)
+  for _, kind in ipairs(EXPIRED) do
+    local n
+    if kind.param then n = assert(db.exec(kind.sql, batch, config.get(kind.param)))
+    else n = assert(db.exec(kind.sql, batch)) end
+    if n >= batch then more = true end
+    if n > 0 then
+      deleted[kind.name] = n
+      metrics.inc("sgw_retention_deleted_total", { kind = kind.name }, n)
+    end
   end
   return deleted, more
 end

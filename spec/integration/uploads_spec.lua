@@ -460,7 +460,17 @@ describe("upload quota, storage and retention", function()
       .. "('evt_new', '" .. company .. "', 'test', '" .. cid .. "', 't', '{}', now() - interval '29 days');"
       .. "INSERT INTO webhook_deliveries (event_id, client_id, company_id, environment, attempt, url, outcome, duration_ms) "
       .. "SELECT id, client_id, company_id, environment, 1, 'https://example.com/', 'delivered', 5 FROM events "
-      .. "WHERE id IN ('evt_old1', 'evt_old2', 'evt_old3', 'evt_new')")
+      .. "WHERE id IN ('evt_old1', 'evt_old2', 'evt_old3', 'evt_new');"
+      -- Workspace sessions and Facebook attempts go once they expire (an
+      -- unfinished attempt holds Page tokens).
+      .. "INSERT INTO users (id, company_id, email, password_hash) VALUES ('usr_ret', '" .. company
+      .. "', 'retention@example.test', 'x');"
+      .. "INSERT INTO workspace_sessions (id, user_id, company_id, expires_at) VALUES "
+      .. "('ses_live', 'usr_ret', '" .. company .. "', now() + interval '1 day'),"
+      .. "('ses_expired', 'usr_ret', '" .. company .. "', now() - interval '1 minute');"
+      .. "INSERT INTO workspace_oauth_states (id, session_id, company_id, expires_at, returned_at, pages_enc) VALUES "
+      .. "('state_live', 'ses_live', '" .. company .. "', now() + interval '10 minutes', NULL, NULL),"
+      .. "('state_expired', 'ses_live', '" .. company .. "', now() - interval '1 minute', now(), 'sealed-pages')")
     local function ids_of(query) return stack.psql(db, query):gsub("%s+", " "):gsub("^ ", ""):gsub(" $", "") end
     stack.eventually(function()
       return ids_of("SELECT count(*) FROM events WHERE id LIKE 'evt_old%'") == "0"
@@ -476,5 +486,12 @@ describe("upload quota, storage and retention", function()
       .. "FROM uploads WHERE id IN ('" .. table.concat(ids, "', '") .. "')"))
     assert.are.equal("2", ids_of("SELECT count(*) FROM upload_bytes WHERE upload_id IN ('"
       .. table.concat(ids, "', '") .. "')"))
+    stack.eventually(function()
+      return ids_of("SELECT count(*) FROM workspace_oauth_states WHERE id = 'state_expired'") == "0"
+        and ids_of("SELECT count(*) FROM workspace_sessions WHERE id = 'ses_expired'") == "0"
+    end, 30, 0.2, "the expired session and Facebook attempt to be deleted")
+    assert.are.equal("ses_live state_live", ids_of("SELECT (SELECT string_agg(id, ' ') FROM workspace_sessions "
+      .. "WHERE user_id = 'usr_ret') || ' ' || (SELECT string_agg(id, ' ') FROM workspace_oauth_states "
+      .. "WHERE session_id = 'ses_live')"))
   end)
 end)
