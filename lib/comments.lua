@@ -127,7 +127,8 @@ WITH obs AS (
     FROM jsonb_to_recordset($1::jsonb) AS o(id text, social_account_id text, platform text, platform_post_id text,
            platform_comment_id text, parent_platform_comment_id text, text text, author_platform_id text,
            author_name text, is_from_account boolean, is_hidden boolean, is_deleted boolean, like_count integer,
-           created_at double precision, version double precision, rank smallint, can_hide boolean)
+           created_at double precision, created_guess double precision, version double precision, rank smallint,
+           can_hide boolean)
     -- Only comments on targets we published; anything else is not ours.
     JOIN post_targets t ON t.social_account_id = o.social_account_id AND t.platform_post_id = o.platform_post_id
                        AND t.platform = o.platform AND t.status = 'published'
@@ -139,7 +140,7 @@ WITH obs AS (
   SELECT id, company_id, environment, target_id, post_id, social_account_id, platform,
       platform_comment_id, platform_post_id, parent_platform_comment_id, text, author_platform_id, author_name,
       coalesce(is_from_account, false), coalesce(is_hidden, false), coalesce(is_deleted, false), coalesce(like_count, 0),
-      to_timestamp(coalesce(created_at, version)), created_at IS NOT NULL, version, coalesce(rank, 0),
+      to_timestamp(coalesce(created_at, created_guess, version)), created_at IS NOT NULL, version, coalesce(rank, 0),
       CASE WHEN text IS NOT NULL THEN version END, CASE WHEN text IS NOT NULL THEN coalesce(rank, 0) END,
       CASE WHEN is_hidden IS NOT NULL THEN version END, CASE WHEN is_hidden IS NOT NULL THEN coalesce(rank, 0) END,
       CASE WHEN like_count IS NOT NULL THEN version END, CASE WHEN like_count IS NOT NULL THEN coalesce(rank, 0) END,

@@ -75,19 +75,27 @@ local function page_change(value, entry_id, entry_time)
   return o
 end
 
+-- How long Meta retries a delivery it could not make (36 h): a delivery's
+-- send time is at most that much later than the change it reports.
+M.RETRY_SECONDS = 36 * 3600
+
 -- Instagram comments change (creation only; no verbs, and no time of its
 -- own in most deliveries). The entry's time is when Meta sent it, which for
--- a delivery retried hours later is not when the comment was written: it
--- orders the change, but the creation time stays unknown (shown until the
--- next sync reads the comment's timestamp, lib/comments.lua).
+-- a delivery retried hours later is not when the comment was written. It is
+-- shown as the creation time until the next sync reads the comment's
+-- timestamp (created_guess, lib/comments.lua), but it does not order the
+-- change: the creation's text is the comment's first, so it must not win
+-- over text a sync read meanwhile (an edit) when Meta retries the delivery
+-- hours later. The change is dated as early as its comment can have been
+-- written: the send time less Meta's retry period.
 local function instagram_change(value, entry_id, entry_time)
   local comment_id = str(value.id)
   local media = type(value.media) == "table" and str(value.media.id)
   if not comment_id then return nil, "missing id" end
   if not media then return nil, "missing media.id" end
   local created = seconds(value.created_time)
-  local version = created or entry_time
-  if not version then return nil, "missing entry time" end
+  if not created and not entry_time then return nil, "missing entry time" end
+  local version = created or entry_time - M.RETRY_SECONDS
   local from = type(value.from) == "table" and value.from or {}
   local from_id = str(from.id)
   return {
@@ -99,6 +107,7 @@ local function instagram_change(value, entry_id, entry_time)
     author_name = str(from.username),
     is_from_account = from_id and from_id == entry_id,
     created_at = created,
+    created_guess = not created and entry_time or nil,
     version = version,
     rank = RANK.add,
   }

@@ -273,6 +273,25 @@ describe("comment sync", function()
     assert.are.equal(shown, t.get(t.comment(post, prompt.comment.id).id).createdAt)
   end)
 
+  it("keeps the text a sync read when Meta retries an Instagram comment's creation later", function()
+    local t = comment_stack.live_tenant(env, "IG Retry Co")
+    local post, target = t.publish_image("IG post with a retried delivery")
+    local made = t.fake_comment({ media_id = target.platformPostId, text = "First words",
+      from = { id = "17841400000000079", username = "changer" } })
+    assert.are.equal(200, made.delivery.status)
+    local c = t.comment(post, made.comment.id)
+    -- Edited on Instagram, which sends no webhook for it: the sync reads it.
+    assert.are.equal(cjson.null, fake.control("POST", "comments/" .. made.comment.id .. "/edit",
+      { message = "Second thoughts" }).delivery)
+    sync()
+    assert.are.equal("Second thoughts", t.get(c.id).text)
+    -- Meta sends the creation's delivery again (as after a failed attempt):
+    -- the first words, with a send time later than the sync.
+    assert.are.equal(200, fake.control("POST", "comments/" .. made.comment.id .. "/redeliver", {}).delivery.status)
+    env.deliveries_processed()
+    assert.are.equal("Second thoughts", t.get(c.id).text)
+  end)
+
   it("applies what Instagram never announces: deletions, hides, unhides and edits", function()
     local t = comment_stack.live_tenant(env, "IG Reconcile Co")
     local receiver = t.listen()

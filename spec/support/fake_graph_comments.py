@@ -39,6 +39,9 @@ Control API:
   POST /_fake/comments/{id}/remove   {"deliver"?}                verb remove
   POST /_fake/comments/{id}/hide     {"deliver"?}                verb hide
   POST /_fake/comments/{id}/unhide   {"deliver"?}                verb unhide
+  POST /_fake/comments/{id}/redeliver                           Meta retrying the creation's delivery:
+                                                                its first payload, sent again now
+                                     -> {"delivery":{"status","error"}}
 Instagram's comments webhook reports creations only: the other verbs change
 an Instagram comment without a delivery (delivery null). A delivery's `from`
 is who made the change, as Meta sends it: the Page for hides and unhides
@@ -51,6 +54,7 @@ and deletions, which Meta reports too) are sent in the background.
 """
 
 import hashlib
+import json
 import hmac
 import re
 import sys
@@ -133,7 +137,7 @@ def _replies_of(app, comment):
 
 def _view(record):
     """The control API's view: everything, deleted ones too."""
-    out = {k: v for k, v in record.items() if k not in ("from_", "seq")}
+    out = {k: v for k, v in record.items() if k not in ("from_", "seq", "add_delivery")}
     out["from"] = record["from_"]
     out["created_time"] = fg.fmt_time(record["created"])
     return out
@@ -246,6 +250,8 @@ def _notify(app, record, verb, deliver=True, background=False, by_page=False):
     """Sends the delivery for a change, unless asked not to or Meta sends none."""
     with app.store.lock:
         delivery = _delivery_for(app, record, verb, by_page)
+        if verb == "add" and delivery is not None:
+            record["add_delivery"] = json.loads(json.dumps(delivery))   # what a retry sends again
     if not deliver or delivery is None:
         return None
     if background:
@@ -477,6 +483,22 @@ def c_create_comment(app, params, body):
         return {"comment": _view(record), "delivery": delivery}
 
 
+def c_redeliver(app, comment_id):
+    """Meta retrying the delivery of a comment's creation: the payload it
+    first made, sent again now (its entry time the new send time)."""
+    s = app.store
+    with s.lock:
+        record = next((c for c in s.comments if c["id"] == comment_id), None)
+        if record is None:
+            raise fg.ControlError("no comment %r" % comment_id, 404)
+        first = record.get("add_delivery")
+        if first is None:
+            raise fg.ControlError("comment %s had no delivery to retry" % comment_id, 409)
+        delivery = json.loads(json.dumps(first))
+        delivery["entry"][0]["time"] = int(s.now())
+    return {"delivery": _send(app, delivery)}
+
+
 def c_list_comments(app, params, body):
     with app.store.lock:
         items = [_view(c) for c in app.store.comments
@@ -536,7 +558,10 @@ class _ControlTable(dict):
         if found is not None:
             return found
         method, path = key
-        m = re.fullmatch(r"comments/(\d+(?:_\d+)?)/(edit|remove|hide|unhide)", path)
+        m = re.fullmatch(r"comments/(\d+(?:_\d+)?)/(edit|remove|hide|unhide|redeliver)", path)
+        if method == "POST" and m and m.group(2) == "redeliver":
+            comment_id = m.group(1)
+            return lambda app, params, body: c_redeliver(app, comment_id)
         if method == "POST" and m:
             comment_id, verb = m.group(1), VERBS[m.group(2)]
             return lambda app, params, body: c_comment_verb(app, comment_id, verb, body)

@@ -130,8 +130,9 @@ describe("meta_webhooks.normalize", function()
     assert.are.same({
       social_account_id = "acc_ig", platform = "instagram", platform_post_id = "17850000000000001",
       platform_comment_id = "17900000000000001", text = "Love it", author_platform_id = "178400001",
-      author_name = "ann", is_from_account = false, version = 1742667000, rank = 1,
-    }, obs[1], "the entry's time orders the change; when the comment was written stays unknown")
+      author_name = "ann", is_from_account = false, created_guess = 1742667000, version = 1742667000 - 36 * 3600,
+      rank = 1,
+    }, obs[1], "dated as early as Meta's retries allow; the entry's time shown until a sync reads the comment's")
     assert.are.equal("17900000000000001", obs[2].parent_platform_comment_id)
     assert.is_true(obs[2].is_from_account)
   end)
