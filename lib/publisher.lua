@@ -185,13 +185,19 @@ local record_published = coalesce.new(function(target_ids, outcomes)
   return {} -- nothing more to do for any of them
 end)
 
+-- How long a target whose outcome is unknown keeps asking the platform
+-- (its listing) when the platform cannot answer, before it fails: by then
+-- Meta has long shown what it made.
+local RESOLVE_GIVE_UP_SECONDS = 86400
+
 -- Step 3: record the outcome and settle the post; returns the job's answer.
 -- A failure is recorded only while the target is still in this run's
 -- attempt: a run that lost its job's lease (another instance took the job
 -- and started an attempt of its own) must not turn that attempt back.
 local STILL_OURS_SQL = "SELECT 1 FROM post_targets WHERE id = $1 AND status = 'publishing' AND attempts = $2 FOR UPDATE"
 
-local function record(row, outcome)
+-- final: a failure that gets no retry, whatever its class.
+local function record(row, outcome, final)
   if outcome.status == "published" then return record_published(row.id, outcome) end
   local answer
   db.transaction(function()
@@ -213,7 +219,7 @@ local function record(row, outcome)
       -- Nor is a wait while Meta throttles the account or the app (e.paused):
       -- no call was made; the attempt that met the throttle counted already.
       local waits = e.quota_wait or e.paused
-      local again = retryable and (waits or retry.should_retry(e.code, row.run_attempts))
+      local again = not final and retryable and (waits or retry.should_retry(e.code, row.run_attempts))
       local stored = json.encode({ code = e.code, message = e.message, retryable = retryable, platformCode = e.platform_code,
         platform = graph_errors.public_detail(e) })
       if again then
@@ -253,7 +259,15 @@ function M.run(target_id)
   if resolve then
     local found, rerr = adapter.resolve(ctx)
     if not found then
-      log.warn("publish_resolve_failed", { targetId = row.id, error = type(rerr) == "table" and rerr.message or tostring(rerr) })
+      local e = type(rerr) == "table" and rerr or { code = "platform_unavailable", message = tostring(rerr) }
+      log.warn("publish_resolve_failed", { targetId = row.id, error = e.message })
+      if token_health.applies(e) then token_health.mark(row.account_id, e) end
+      -- Asked for a day without an answer: the post may be live, but the
+      -- target cannot wait for ever.
+      if clock.now() - (row.attempt_started_at or clock.now()) > RESOLVE_GIVE_UP_SECONDS then
+        return record(row, { status = "error", error = { code = "platform_unavailable",
+          message = "Could not find out whether the post was published: " .. tostring(e.message) } }, true)
+      end
       return { retry_in = retry.delay(row.run_attempts, { base = 5, max = config.get("publishing.retry.max_seconds") }) }
     end
     if found.status == "published" then return record(row, found) end
@@ -264,13 +278,15 @@ function M.run(target_id)
         message = "The platform did not confirm the post in " .. row.run_attempts
           .. " attempts, and does not show it." } })
     end
-    -- Not there: a fresh attempt, counted as one.
+    -- Not there: a fresh attempt, counted as one. attempt_started_at stays
+    -- the start of the first attempt whose outcome is unknown, so that the
+    -- next look still reaches back to it, however long Meta's listing lags.
     db.transaction(function()
       assert(db.exec([[UPDATE post_targets SET attempts = attempts + 1, run_attempts = run_attempts + 1,
-          attempt_started_at = to_timestamp($2), updated_at = now() WHERE id = $1]], row.id, clock.now()))
+          updated_at = now() WHERE id = $1]], row.id))
     end)
-    row.attempts, row.run_attempts, row.attempt_started_at = row.attempts + 1, row.run_attempts + 1, clock.now()
-    ctx.target.attempts, ctx.target.attempt_started_at = row.attempts, row.attempt_started_at
+    row.attempts, row.run_attempts = row.attempts + 1, row.run_attempts + 1
+    ctx.target.attempts = row.attempts
   end
   local outcome = adapter.publish(ctx)
   if resolve and outcome.status == "error" and outcome.error and outcome.error.code == "duplicate_content" then

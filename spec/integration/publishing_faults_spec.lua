@@ -333,6 +333,56 @@ describe("publishing faults", function()
     assert.are.equal(1, times_published(fake, t.page.id, "While throttled"))
     assert.are.equal(1, t.post(second.resource.postId).targets[1].attempts)
   end)
+
+  -- The tests below move sgw's clock (as the one above did) and keep the
+  -- fake's with it, so that what each dates stays comparable.
+  local function move_clocks(seconds)
+    local status, body = sgw:admin("POST", "/clock/advance?seconds=" .. seconds)
+    assert.are.equal(200, status)
+    fake.config({ clock_offset_s = cjson.decode(body).offsetSeconds })
+  end
+
+  it("finds an unknown attempt's post however long Meta's listing lags, from the first attempt's start", function()
+    move_clocks(0)
+    local message = "Listed long after"
+    fake.fail({ match = { method = "POST", path = "/{page}/feed" }, count = 1, kind = "error_after_commit",
+      preset = "unknown" })
+    -- The first look finds nothing and takes its time; meanwhile two minutes
+    -- pass. The second attempt then meets Meta's duplicate refusal.
+    fake.fail({ match = { method = "GET", path = "/{page}/published_posts" }, count = 1, kind = "http", status = 200,
+      body = '{"data":[]}', content_type = "application/json", delay_ms = 1500 })
+    local looks = #fake.requests({ method = "GET", path = "/" .. t.page.id .. "/published_posts" })
+    local body = t.text(message)
+    stack.eventually(function()
+      return #fake.requests({ method = "GET", path = "/" .. t.page.id .. "/published_posts" }) > looks
+    end, 20, 0.01, "the first look")
+    move_clocks(120)
+    assert.are.equal("succeeded", t.wait(body.operationId, 30).status)
+    local target = t.post(body.resource.postId).targets[1]
+    assert.are.equal("published", target.status)
+    assert.are.equal(1, times_published(fake, t.page.id, message))
+  end)
+
+  it("fails a target whose outcome the platform cannot tell for a day", function()
+    move_clocks(0)
+    local message = "Nobody can say"
+    fake.fail({ match = { method = "POST", path = "/{page}/feed" }, count = 1, kind = "error_after_commit",
+      preset = "unknown" })
+    fake.fail({ match = { method = "GET", path = "/{page}/published_posts" }, count = 1000, preset = "unknown" })
+    local body = t.text(message)
+    stack.eventually(function()
+      return t.post(body.resource.postId).targets[1].status == "publishing"
+        and #fake.requests({ method = "GET", path = "/" .. t.page.id .. "/published_posts" }) > 0
+    end, 20, 0.05, "a look that fails")
+    assert.are.equal("publishing", t.post(body.resource.postId).targets[1].status, "it waits to know")
+    move_clocks(86401)
+    local op = t.wait(body.operationId, 30)
+    assert.are.equal("failed", op.status)
+    local target = t.post(body.resource.postId).targets[1]
+    assert.are.equal("platform_unavailable", target.error.code)
+    assert.matches("Could not find out whether the post was published", target.error.message, 1, true)
+    fake.clear_failures()
+  end)
 end)
 
 describe("publishing through crashes", function()
