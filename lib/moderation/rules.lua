@@ -448,13 +448,15 @@ function M.compiled(company_id, environment)
 end
 
 -- Runs the rules on comments just stored (rows of comments.apply, inside its
--- transaction): new ones someone else wrote, not deleted. hide and delete
+-- transaction): new ones someone else wrote, not deleted, whose text is
+-- known (one first seen through a hide, before its creation arrived, is not
+-- judged on the text it does not have yet). hide and delete
 -- become a moderation operation of the post's client in this transaction
 -- (its job runs after the commit, so a crash loses nothing); flag emits
 -- social.comment.flagged. Edits of known comments are never judged again.
 function M.act(created)
   for _, r in ipairs(created) do
-    if not r.is_from_account and not r.is_deleted then
+    if not r.is_from_account and not r.is_deleted and r.text ~= nil then
       local rule = M.first_match(M.compiled(r.company_id, r.environment),
         M.subject(r.text, r.author_platform_id, r.platform, r.social_account_id))
       if rule then
