@@ -75,17 +75,20 @@ local KINDS = {
 -- What goes once it expires, whatever retention.*: a batch per run ($1 the
 -- batch size; $2, when the kind has a `param`, that setting).
 local EXPIRED = {
-  -- SKIP LOCKED: rows a slot reservation is deleting at the same moment
-  -- (under its account's lock, in its own order) are left to it, so the two
-  -- can never wait on each other.
+  -- SKIP LOCKED: rows another transaction is deleting at the same moment
+  -- (a slot reservation under its account's lock, a sign-in or a Facebook
+  -- connection clearing expired rows), in its own order, are left to it, so
+  -- the two can never wait on each other.
   { name = "instagram_containers", param = "meta.instagram_container_window_seconds",
     sql = [[DELETE FROM instagram_containers WHERE id IN (
       SELECT id FROM instagram_containers WHERE made_at <= now() - make_interval(secs => $2)
        ORDER BY made_at LIMIT $1 FOR UPDATE SKIP LOCKED)]] },
   { name = "workspace_oauth_states", sql = [[DELETE FROM workspace_oauth_states WHERE id IN (
-      SELECT id FROM workspace_oauth_states WHERE expires_at < now() ORDER BY expires_at LIMIT $1)]] },
+      SELECT id FROM workspace_oauth_states WHERE expires_at < now()
+       ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)]] },
   { name = "workspace_sessions", sql = [[DELETE FROM workspace_sessions WHERE id IN (
-      SELECT id FROM workspace_sessions WHERE expires_at < now() ORDER BY expires_at LIMIT $1)]] },
+      SELECT id FROM workspace_sessions WHERE expires_at < now()
+       ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)]] },
 }
 
 -- Creates the partitions ahead, drops the old ones, then deletes one batch

@@ -28,7 +28,7 @@ return web.public(function(w)
   local f = w.form
   local email, address = users.check_email(f.email) or "", w.req.remote_addr
   local wait = limit.attempt(address)
-    or (email ~= "" and (limit.try(email, address) or limit.try_email(email, address)))
+    or (email ~= "" and (limit.try_email(email, address) or limit.try(email, address)))
   if wait then return too_many(w, f.email, wait) end
   local user = users.authenticate(f.email, f.password)
   if not user then
