@@ -116,8 +116,11 @@ int body_budget_reserve(body_hold *h, const char *addr, unsigned long long total
         h->total = total;
         return 0;
     }
+    /* The key is worked out once per hold: a body that grows, and its
+     * release, use the one it kept. */
     unsigned char key[16];
-    key_of(addr ? addr : "", key);
+    if (h->shared) memcpy(key, h->key, 16);
+    else key_of(addr ? addr : "", key);
     int rc = 0;
     pthread_mutex_lock(&lock);
     size_t i = nshares ? find(key) : nshares;
@@ -127,6 +130,7 @@ int body_budget_reserve(body_hold *h, const char *addr, unsigned long long total
         } else {
             if (!shares[i].held) memcpy(shares[i].key, key, 16);
             shares[i].held += more;
+            if (!h->shared) memcpy(h->key, key, 16);
             h->shared += more;
         }
     }
@@ -136,13 +140,11 @@ int body_budget_reserve(body_hold *h, const char *addr, unsigned long long total
     return rc;
 }
 
-void body_budget_release(body_hold *h, const char *addr) {
+void body_budget_release(body_hold *h) {
     if (h->total) atomic_fetch_sub(&total_held, h->total);
     if (h->shared) {
-        unsigned char key[16];
-        key_of(addr ? addr : "", key);
         pthread_mutex_lock(&lock);
-        size_t i = nshares ? find(key) : nshares;
+        size_t i = nshares ? find(h->key) : nshares;
         if (i < nshares && shares[i].held) {
             shares[i].held = shares[i].held > h->shared ? shares[i].held - h->shared : 0;
             if (!shares[i].held) vacate(i);

@@ -55,7 +55,7 @@ static int body_reserve(sgw_request *req, size_t total) {
 }
 
 static void body_release(sgw_request *req) {
-    body_budget_release(&req->body_held, req->remote_addr);
+    body_budget_release(&req->body_held);
 }
 
 int http_parse_listen(const char *s, struct sockaddr_storage *out, unsigned int *len) {

@@ -528,6 +528,7 @@ typedef struct sgw_kv { char *name; char *value; } sgw_kv;
 typedef struct body_hold {
     unsigned long long total;    /* of http.max_inflight_body_bytes */
     unsigned long long shared;   /* of its address's share (0 when outside the shares) */
+    unsigned char      key[16];  /* the address's key in the shares, once shared */
 } body_hold;
 
 typedef struct sgw_request {
@@ -590,10 +591,10 @@ enum { BODY_BUDGET_FULL = 1, BODY_BUDGET_ADDRESS = 2 };
 /* total, share: 0 for none; addresses: how many may hold at once (sizes the
  * table; 0: unknown). -1 when the table cannot be had. */
 int  body_budget_configure(unsigned long long total, unsigned long long share, size_t addresses);
-/* Makes h hold `total` bytes for addr: 0, or BODY_BUDGET_FULL /
- * BODY_BUDGET_ADDRESS (h unchanged). */
+/* Makes h hold `total` bytes for addr (the same address every time for one
+ * h): 0, or BODY_BUDGET_FULL / BODY_BUDGET_ADDRESS (h unchanged). */
 int  body_budget_reserve(body_hold *h, const char *addr, unsigned long long total);
-void body_budget_release(body_hold *h, const char *addr);
+void body_budget_release(body_hold *h);
 unsigned long long body_budget_held(void);
 
 /* ----------------------------------------------------------------- proxy.c

@@ -23,8 +23,8 @@ static void test_total_budget(void) {
     check(reserve(&b, "192.0.2.2", 500) == BODY_BUDGET_FULL, "one that would pass it is refused", NULL);
     check(b.total == 0 && body_budget_held() == 600, "a refusal holds nothing", NULL);
     check(reserve(&b, "192.0.2.2", 400) == 0, "what is left may be held", NULL);
-    body_budget_release(&a, "192.0.2.1");
-    body_budget_release(&b, "192.0.2.2");
+    body_budget_release(&a);
+    body_budget_release(&b);
     check(body_budget_held() == 0 && a.total == 0, "releases give it all back", NULL);
 }
 
@@ -40,11 +40,10 @@ static void test_address_share(void) {
     check(reserve(&v6b, "2001:db8:1:2:ffff::9", 400) == BODY_BUDGET_ADDRESS,
           "another address of the same /64 spends the same share", NULL);
     check(reserve(&v6c, "2001:db8:1:3::1", 900) == 0, "the next /64 has its own", NULL);
-    body_budget_release(&a1, "198.51.100.7");
+    body_budget_release(&a1);
     check(reserve(&a1, "198.51.100.7", 800) == 0, "a release gives the share back", NULL);
     body_hold *all[] = { &a1, &a2, &b, &v6a, &v6c };
-    const char *addrs[] = { "198.51.100.7", "198.51.100.7", "198.51.100.8", "2001:db8:1:2::1", "2001:db8:1:3::1" };
-    for (int i = 0; i < 5; i++) body_budget_release(all[i], addrs[i]);
+    for (int i = 0; i < 5; i++) body_budget_release(all[i]);
     check(body_budget_held() == 0, "everything given back", NULL);
 }
 
@@ -61,10 +60,10 @@ static void test_growing_body(void) {
     check(reserve(&h, "203.0.113.5", 8192) == BODY_BUDGET_ADDRESS && h.total == 4096,
           "and no further, keeping what it held", NULL);
     check(reserve(&h, "203.0.113.5", 2048) == 0 && h.total == 4096, "asking for less than it holds is a no-op", NULL);
-    body_budget_release(&h, "203.0.113.5");
+    body_budget_release(&h);
     body_hold again = { 0 };
     check(reserve(&again, "203.0.113.5", 4096) == 0, "then the whole share is free", NULL);
-    body_budget_release(&again, "203.0.113.5");
+    body_budget_release(&again);
 }
 
 /* 40 addresses in a 64-slot table, given back in an order unlike the one
@@ -82,7 +81,7 @@ static void test_entries_leave(void) {
     }
     check(ok, "40 addresses each hold part of their share", NULL);
     for (int round = 0; round < 2; round++) {
-        for (int i = round; i < N; i += 2) body_budget_release(&h[i], addr[i]);
+        for (int i = round; i < N; i += 2) body_budget_release(&h[i]);
     }
     ok = 1;
     for (int i = 0; i < N; i++) {
@@ -91,7 +90,7 @@ static void test_entries_leave(void) {
         ok &= reserve(&more, addr[i], 1) == BODY_BUDGET_ADDRESS;
     }
     check(ok, "after every release each share is whole, and still counted", NULL);
-    for (int i = 0; i < N; i++) body_budget_release(&h[i], addr[i]);
+    for (int i = 0; i < N; i++) body_budget_release(&h[i]);
     check(body_budget_held() == 0, "nothing held at the end", NULL);
 }
 
@@ -110,13 +109,13 @@ static void test_full_table(void) {
     check(reserve(&outside, "172.16.1.1", 50) == 0 && outside.shared == 0,
           "a body that finds no room is held to the process budget alone", NULL);
     check(reserve(&outside, "172.16.1.1", 80) == 0 && outside.shared == 0, "and stays outside as it grows", NULL);
-    body_budget_release(&h[3], addr[3]);
-    body_budget_release(&outside, "172.16.1.1");
+    body_budget_release(&h[3]);
+    body_budget_release(&outside);
     body_hold in = { 0 };
     check(reserve(&in, "172.16.1.1", 10) == 0 && in.shared == 10, "a freed slot takes the next address", NULL);
     check(reserve(&h[0], addr[0], 11) == BODY_BUDGET_ADDRESS, "addresses in the table keep their shares", NULL);
-    body_budget_release(&in, "172.16.1.1");
-    for (int i = 0; i < N; i++) body_budget_release(&h[i], addr[i]);
+    body_budget_release(&in);
+    for (int i = 0; i < N; i++) body_budget_release(&h[i]);
     check(body_budget_held() == 0, "nothing held after the full table", NULL);
 }
 
@@ -143,13 +142,13 @@ static void test_full_table_collisions(void) {
     }
     ok = 1;
     for (int n = 0; n < N; n++) {
-        body_budget_release(&h[order[n]], addr[order[n]]);
+        body_budget_release(&h[order[n]]);
         for (int m = n + 1; m < N; m++) {
             body_hold probe = { 0 };
             int i = order[m];
             /* 4 more fit in a share holding 6 of 10, a 5th does not. */
             ok &= reserve(&probe, addr[i], 4) == 0 && probe.shared == 4;
-            body_budget_release(&probe, addr[i]);
+            body_budget_release(&probe);
             ok &= reserve(&probe, addr[i], 5) == BODY_BUDGET_ADDRESS;
         }
     }
@@ -164,7 +163,7 @@ static void *churn(void *arg) {
         const char *a = addrs[i % 5];
         if (reserve(&h, a, 100) == 0) {
             reserve(&h, a, 200);
-            body_budget_release(&h, a);
+            body_budget_release(&h);
         }
     }
     return NULL;
@@ -185,7 +184,7 @@ static void test_threads(void) {
     for (int i = 0; i < 7; i++) {
         body_hold h = { 0 };
         whole &= reserve(&h, all[i], 1000) == 0;
-        body_budget_release(&h, all[i]);
+        body_budget_release(&h);
     }
     check(whole, "and every share is whole", NULL);
 }
