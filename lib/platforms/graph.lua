@@ -85,14 +85,15 @@ function M.call(method, path, params, token)
     return nil, err, kind ~= "connect" and kind ~= "lease"
   end
 
-  local pressure = graph_errors.usage_pressure(res.headers)
+  local app_usage = graph_errors.app_usage(res.headers)
+  local pressure = graph_errors.usage_pressure(res.headers, app_usage)
   if pressure >= USAGE_WARN then
     log.warn("graph_usage_high", { method = method, path = path, percent = pressure })
   end
   local value = json.decode(res.body or "")
   if res.status >= 200 and res.status < 300 and type(value) == "table" and value.error == nil then
     log.debug("graph_call", { method = method, path = path, status = res.status, ms = ms })
-    pause.observe(token, nil, graph_errors.regain_access_seconds(res.headers), graph_errors.app_usage(res.headers))
+    pause.observe(token, nil, graph_errors.regain_access_seconds(res.headers), app_usage)
     return value, nil, nil, res.headers
   end
   if res.status >= 200 and res.status < 300 and type(value) ~= "table" then
@@ -104,7 +105,7 @@ function M.call(method, path, params, token)
   local err, may_have_acted = graph_errors.from_response(res)
   log.info("graph_call_error", { method = method, path = path, status = res.status, class = err.code,
     platformCode = err.platform_code, ms = ms })
-  pause.observe(token, err, nil, graph_errors.app_usage(res.headers))
+  pause.observe(token, err, nil, app_usage)
   return nil, err, may_have_acted, res.headers
 end
 

@@ -117,24 +117,22 @@ local function buc_entries(headers)
   return entries
 end
 
--- The highest usage percent any usage header reports (0 when none does):
--- X-App-Usage and X-Page-Usage ({"call_count":28,...}) and every entry of
--- X-Business-Use-Case-Usage. Meta throttles from 100.
-function M.usage_pressure(headers)
-  local pressure = 0
-  for _, name in ipairs({ "x-app-usage", "x-page-usage" }) do
-    pressure = max_usage(json.decode(header(headers, name) or ""), pressure)
-  end
-  for _, entry in ipairs(buc_entries(headers)) do
-    pressure = max_usage(entry, pressure)
-  end
-  return pressure
-end
-
 -- The app's usage percent from X-App-Usage (the highest of its metrics; 0
 -- when absent). At 100 Meta starts refusing the app's calls (code 4).
 function M.app_usage(headers)
   return max_usage(json.decode(header(headers, "x-app-usage") or ""), 0)
+end
+
+-- The highest usage percent any usage header reports (0 when none does):
+-- X-App-Usage (app_usage, when the caller has read it already) and
+-- X-Page-Usage ({"call_count":28,...}) and every entry of
+-- X-Business-Use-Case-Usage. Meta throttles from 100.
+function M.usage_pressure(headers, app_usage)
+  local pressure = max_usage(json.decode(header(headers, "x-page-usage") or ""), app_usage or M.app_usage(headers))
+  for _, entry in ipairs(buc_entries(headers)) do
+    pressure = max_usage(entry, pressure)
+  end
+  return pressure
 end
 
 -- Seconds until Meta lets us call again, from X-Business-Use-Case-Usage
