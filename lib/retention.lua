@@ -21,9 +21,8 @@
 -- every account (an account's own go when it takes a new slot; an idle or
 -- disconnected one takes none). Nor are expired workspace sessions and
 -- "Connect with Facebook" attempts, which go once they expire (the latter
--- may hold Page tokens, encrypted, of an attempt nobody finished; signing in
--- and starting an attempt delete expired ones too, but only when someone
--- does).
+-- may hold Page tokens, encrypted, of an attempt nobody finished); until
+-- then every reader passes them by (expires_at > now()).
 --
 -- Events, delivery attempts, Meta deliveries and comment changes live in
 -- daily partitions (lib/partitions.lua): a day that ended that many days
@@ -76,9 +75,8 @@ local KINDS = {
 -- batch size; $2, when the kind has a `param`, that setting).
 local EXPIRED = {
   -- SKIP LOCKED: rows another transaction is deleting at the same moment
-  -- (a slot reservation under its account's lock, a sign-in or a Facebook
-  -- connection clearing expired rows), in its own order, are left to it, so
-  -- the two can never wait on each other.
+  -- (a slot reservation under its account's lock, a sign-out), in its own
+  -- order, are left to it, so the two can never wait on each other.
   { name = "instagram_containers", param = "meta.instagram_container_window_seconds",
     sql = [[DELETE FROM instagram_containers WHERE id IN (
       SELECT id FROM instagram_containers WHERE made_at <= now() - make_interval(secs => $2)

@@ -64,10 +64,6 @@ end
 -- Starts an attempt for a session; returns the URL of Meta's dialog.
 function M.start(session)
   local state = crypto.random_token(32)
-  -- Skips rows another transaction is deleting (retention, another sign-in):
-  -- waiting on each other in different orders could deadlock.
-  assert(db.exec([[DELETE FROM workspace_oauth_states WHERE id IN (
-      SELECT id FROM workspace_oauth_states WHERE expires_at < now() FOR UPDATE SKIP LOCKED)]]))
   assert(db.exec([[INSERT INTO workspace_oauth_states (id, session_id, company_id, expires_at)
       VALUES ($1, $2, $3, now() + make_interval(secs => $4))]], hash(state), session.id, session.company_id, ATTEMPT_SECONDS))
   local dialog = config.get("meta.oauth_dialog_url")

@@ -87,10 +87,6 @@ end
 -- had, against session fixation). Returns the token.
 function M.create(user)
   local token = M.new_token()
-  -- Skips rows another transaction is deleting (retention, another sign-in):
-  -- waiting on each other in different orders could deadlock.
-  assert(db.exec([[DELETE FROM workspace_sessions WHERE id IN (
-      SELECT id FROM workspace_sessions WHERE expires_at < now() FOR UPDATE SKIP LOCKED)]]))
   assert(db.exec([[INSERT INTO workspace_sessions (id, user_id, company_id, expires_at)
       VALUES ($1, $2, $3, now() + make_interval(secs => $4))]],
     hash(token), user.id, user.company_id, config.get("workspace.session_hours") * 3600))
