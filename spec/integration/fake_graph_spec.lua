@@ -582,11 +582,11 @@ print(" ".join(str(c) for c in sorted(codes)))
     end)
 
     local presets = {
-      { "rate_limited", 400, 32, nil, false },
-      { "rate_limited_app", 403, 4, nil, false },
-      { "rate_limited_user", 400, 17, nil, false },
-      { "rate_limited_613", 400, 613, nil, false },
-      { "rate_limited_pages", 400, 80001, nil, false },
+      { "rate_limited", 400, 32, nil, true },
+      { "rate_limited_app", 403, 4, nil, true },
+      { "rate_limited_user", 400, 17, nil, true },
+      { "rate_limited_613", 400, 613, nil, true },
+      { "rate_limited_pages", 400, 80001, nil, true },
       { "transient", 500, 2, nil, true },
       { "unknown", 500, 1, nil, true },
       { "token_expired", 400, 190, 463, false },

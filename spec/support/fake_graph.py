@@ -142,7 +142,9 @@ class GraphError(Exception):
         self.message = message or base.get("message") or "(#%d) An error occurred" % code
         self.http = http or base.get("http") or default_http(code)
         self.type = type_ or base.get("type") or "OAuthException"
-        self.transient = base.get("transient", code in (1, 2)) if transient is None else bool(transient)
+        # Meta marks its throttles is_transient as well as its own trouble.
+        default_transient = code in (1, 2) or code in RATE_LIMIT_CODES or code == 341
+        self.transient = base.get("transient", default_transient) if transient is None else bool(transient)
         self.user_title = user_title if user_title is not None else base.get("user_title")
         self.user_msg = user_msg if user_msg is not None else base.get("user_msg")
         self.retry_after_minutes = retry_after_minutes
