@@ -363,6 +363,29 @@ describe("publishing faults", function()
     assert.are.equal(1, times_published(fake, t.page.id, message))
   end)
 
+  it("stops the app's calls once Meta reports its usage at 100 %, before Meta refuses them", function()
+    move_clocks(0)
+    fake.config({ app_usage_min = 100 })
+    local first = t.text("At the app's limit")
+    assert.are.equal("succeeded", t.wait(first.operationId).status)
+    fake.config({ app_usage_min = 0 })
+    local feed = { method = "POST", path = "/" .. t.page.id .. "/feed" }
+    local calls = #fake.requests(feed)
+    local second = t.text("After the app's limit")
+    local target
+    stack.eventually(function()
+      target = t.post(second.resource.postId).targets[1]
+      return target.status == "retry_scheduled"
+    end, 10, 0.1, "the second post to wait")
+    assert.are.equal("rate_limited", target.error.code)
+    assert.matches("Meta is throttling this app's calls", target.error.message, 1, true)
+    assert.are.equal(0, target.attempts)
+    assert.are.equal(calls, #fake.requests(feed), "no call while the app is held back")
+    move_clocks(61)
+    assert.are.equal("succeeded", t.wait(second.operationId).status)
+    assert.are.equal(1, times_published(fake, t.page.id, "After the app's limit"))
+  end)
+
   it("fails a target whose outcome the platform cannot tell for a day", function()
     move_clocks(0)
     local message = "Nobody can say"
